@@ -1,0 +1,63 @@
+// Engine-facing model interface. One implementation file per architecture
+// (llama.cpp: llama + qwen2 + qwen3 share a file only if their graph is identical; qwen3moe has its own).
+//
+// Dimension legend used in every model file:
+//   T  tokens in the current batch      D  n_embd (embedding_length)
+//   H  attention heads                  Hk KV heads (GQA)        Dh head dim = D / H (or key_length)
+//   F  feed_forward_length              V  n_vocab
+//   S  KV slots (--slots)               C  context per slot (--ctx)
+//   L  layers (block_count)             E  experts, Ek experts used per token (MoE)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mb {
+class GgufFile;
+class ThreadPool;
+
+// Read from the GGUF keys unchanged (`<arch>.*`).
+struct ModelConfig {
+  std::string arch;          // general.architecture
+  int n_layer = 0;           // block_count
+  int n_embd = 0;            // embedding_length
+  int n_ff = 0;              // feed_forward_length (expert_feed_forward_length for MoE)
+  int n_head = 0;            // attention.head_count
+  int n_head_kv = 0;         // attention.head_count_kv
+  int head_dim = 0;          // attention.key_length, else n_embd / n_head
+  int n_ctx_train = 0;       // context_length
+  int n_vocab = 0;
+  float rms_eps = 1e-6f;     // attention.layer_norm_rms_epsilon
+  float rope_freq_base = 10000.f;
+  int rope_dim = 0;          // rope.dimension_count
+  bool rope_neox = false;    // qwen2/qwen3/qwen3moe: true; llama: false
+  int n_expert = 0;          // expert_count
+  int n_expert_used = 0;     // expert_used_count
+};
+
+// One step's inputs: T tokens, each belonging to a slot at a position. Several sequences mix
+// freely (continuous batching); tokens of one sequence appear in position order.
+struct Batch {
+  std::vector<int32_t> token;    // [T]
+  std::vector<int32_t> pos;      // [T] position inside its slot's context
+  std::vector<int32_t> slot;     // [T] which KV slot
+  std::vector<uint8_t> logits;   // [T] 1 = this row's logits are wanted
+};
+
+class Model {
+ public:
+  // Loads weights (no copy where the mmap layout is usable), allocates S*C KV cache.
+  static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool);
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs the batch, writes K/V for every token into its slot, and writes logits for each
+  // row with logits[t] == 1, in batch order, into out: [n_wanted, V]. Returns logits only.
+  virtual void forward(const Batch& batch, float* out) = 0;
+  // Forget KV positions >= pos of a slot (prefix reuse keeps [0, pos)).
+  virtual void kv_truncate(int slot, int pos) = 0;
+  // Copy slot src's KV [0, n) to dst (prefix sharing between slots).
+  virtual void kv_copy(int src, int dst, int n) = 0;
+  virtual size_t kv_bytes() const = 0;
+};
+}  // namespace mb

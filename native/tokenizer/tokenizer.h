@@ -1,0 +1,39 @@
+// Tokenizer built from the GGUF vocabulary (tokenizer.ggml.*). Token ids must equal llama.cpp's.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mb {
+class GgufFile;
+
+class Tokenizer {
+ public:
+  static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& f);  // throws on unsupported model/pre
+  virtual ~Tokenizer() = default;
+
+  // add_special: add BOS/EOS as the vocab's add_bos_token/add_eos_token say.
+  // parse_special: text like "<|im_start|>" becomes its control token instead of plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+  // Raw bytes of one token (byte tokens and the gpt2 byte-to-unicode map already undone).
+  // Control tokens render as their text only when render_special is true.
+  virtual std::string piece(int32_t id, bool render_special) const = 0;
+
+  virtual int32_t n_vocab() const = 0;
+  virtual int32_t bos() const = 0;   // -1 if none
+  virtual int32_t eos() const = 0;
+  virtual bool is_eog(int32_t id) const = 0;  // eos, eot, <|im_end|>, <|endoftext|> ...
+  virtual std::string token_text(int32_t id) const = 0;  // the vocab string as stored
+};
+
+// Incremental, UTF-8 safe detokenizer: push token pieces, get back only complete code points.
+class Utf8Stream {
+ public:
+  std::string push(std::string_view bytes);  // returns the complete prefix, keeps the rest
+  std::string flush();                       // whatever is left (replaced by U+FFFD if invalid)
+ private:
+  std::string pending_;
+};
+}  // namespace mb
