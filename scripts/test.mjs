@@ -1,0 +1,60 @@
+#!/usr/bin/env node
+// `npm test`: native C++ tests (ctest), the mocha suite (API, dialects, oracle parity against
+// llama.cpp), then schemathesis against a live server. Stops at the first failing stage and
+// prints one closing "N passed, N failed" line for the whole run.
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+
+const stages = [];
+let passed = 0;
+let failed = 0;
+
+function run(name, cmd, args, parse) {
+  process.stdout.write(`\n=== ${name}: ${cmd} ${args.join(" ")}\n`);
+  const r = spawnSync(cmd, args, { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8", maxBuffer: 256 << 20 });
+  process.stdout.write(r.stdout ?? "");
+  const counts = parse(r.stdout ?? "");
+  passed += counts.passed;
+  failed += counts.failed;
+  const ok = r.status === 0;
+  if (!ok && counts.failed === 0) failed += 1; // a crashed stage counts as a failure
+  stages.push(`${name}: ${ok ? "ok" : "FAILED"} (${counts.passed} passed, ${counts.failed} failed)`);
+  return ok;
+}
+
+const ctestCounts = (out) => {
+  const m = out.match(/(\d+)% tests passed, (\d+) tests failed out of (\d+)/);
+  return m ? { passed: Number(m[3]) - Number(m[2]), failed: Number(m[2]) } : { passed: 0, failed: 0 };
+};
+const mochaCounts = (out) => ({
+  passed: Number(out.match(/(\d+) passing/)?.[1] ?? 0),
+  failed: Number(out.match(/(\d+) failing/)?.[1] ?? 0),
+});
+const schemathesisCounts = (out) => {
+  const m = out.match(/(\d+) passed/);
+  const f = out.match(/(\d+) failed/);
+  return { passed: m ? Number(m[1]) : 0, failed: f ? Number(f[1]) : 0 };
+};
+
+// Make a fresh checkout testable with this one command: build, Python tools, models, fixtures.
+// Each step is a no-op when its output is already there.
+function prepare(name, cmd, args) {
+  process.stdout.write(`\n=== prepare ${name}\n`);
+  const r = spawnSync(cmd, args, { stdio: "inherit" });
+  if (r.status !== 0) {
+    console.log(`prepare ${name} failed\n0 passed, 1 failed`);
+    process.exit(1);
+  }
+}
+if (!existsSync("native/build/CMakeCache.txt") || !existsSync("dist")) prepare("build", "npm", ["run", "build"]);
+if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis"]).status !== 0)
+  prepare("python packages", "python3", ["-m", "pip", "install", "-q", "-r", "requirements-ci.txt"]);
+prepare("default model", "node", ["bin/mashbox.js", "pull", "smollm2-135m"]);
+prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
+let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
+if (ok) ok = run("mocha", "npx", ["mocha"], mochaCounts);
+if (ok && !process.env.MASHBOX_SKIP_CONTRACT) ok = run("schemathesis", "bash", ["contract-tests/run.sh"], schemathesisCounts);
+
+console.log("\n" + stages.join("\n"));
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(ok ? 0 : 1);
