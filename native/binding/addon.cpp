@@ -1,0 +1,377 @@
+// The Node binding: one Engine object per loaded model. Loading runs off the JS thread (promise);
+// the scheduler's events reach JS through ONE ThreadSafeFunction shared by every request, and
+// events that pile up while JS is busy are delivered together in one call.
+#include <napi.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/threadpool.h"
+
+namespace {
+
+struct LoadOptions {
+  std::string model_path;
+  int n_ctx = 2048;
+  int n_slots = 1;
+  int n_threads = 1;
+  int max_batch = 512;
+};
+
+// Everything a loaded model owns, in destruction order (scheduler first: it uses the rest).
+struct Loaded {
+  std::shared_ptr<mb::GgufFile> file;
+  std::shared_ptr<const mb::Tokenizer> tok;
+  std::unique_ptr<mb::ThreadPool> pool;
+  std::unique_ptr<mb::Model> model;          // moved into the scheduler once it starts
+  mb::ModelConfig config;
+  size_t kv_bytes = 0;
+  int64_t n_params = 0;
+  size_t tensor_bytes = 0;
+  std::unique_ptr<mb::Scheduler> sched;
+  ~Loaded() { sched.reset(); }
+};
+
+// Events waiting for the JS thread. `scheduled` is true while a TSFN call is queued, so a burst
+// of scheduler steps costs one JS callback.
+struct EventQueue {
+  std::mutex mu;
+  std::vector<mb::EngineEvent> pending;
+  bool scheduled = false;
+};
+
+Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
+  auto o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, double(e.id)));
+  switch (e.kind) {
+    case mb::EngineEvent::Start:
+      o.Set("type", "start");
+      o.Set("prompt_tokens", e.prompt_tokens);
+      o.Set("cached_tokens", e.cached_tokens);
+      o.Set("queue_ms", e.queue_ms);
+      break;
+    case mb::EngineEvent::Token:
+      o.Set("type", "token");
+      o.Set("token", e.token);
+      o.Set("text", e.text);
+      break;
+    case mb::EngineEvent::Done:
+      o.Set("type", "done");
+      o.Set("finish", e.finish);
+      o.Set("text", e.text);
+      o.Set("prompt_tokens", e.prompt_tokens);
+      o.Set("cached_tokens", e.cached_tokens);
+      o.Set("completion_tokens", e.completion_tokens);
+      o.Set("queue_ms", e.queue_ms);
+      o.Set("prompt_ms", e.prompt_ms);
+      o.Set("predicted_ms", e.predicted_ms);
+      break;
+    case mb::EngineEvent::Error:
+      o.Set("type", "error");
+      o.Set("message", e.message);
+      break;
+  }
+  return o;
+}
+
+class LoadWorker;
+
+class Engine : public Napi::ObjectWrap<Engine> {
+ public:
+  static Napi::Object Init(Napi::Env env, Napi::Object exports) {
+    auto cls = DefineClass(env, "Engine", {
+      InstanceMethod("load", &Engine::Load),
+      InstanceMethod("info", &Engine::Info),
+      InstanceMethod("tokenize", &Engine::Tokenize),
+      InstanceMethod("detokenize", &Engine::Detokenize),
+      InstanceMethod("submit", &Engine::Submit),
+      InstanceMethod("cancel", &Engine::Cancel),
+      InstanceMethod("stats", &Engine::Stats),
+      InstanceMethod("close", &Engine::Close),
+    });
+    exports.Set("Engine", cls);
+    return exports;
+  }
+  explicit Engine(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine>(info) {}
+  ~Engine() override { shutdown(); }
+
+  void on_loaded(Napi::Env env, std::unique_ptr<Loaded> l, Napi::Function on_events, int max_batch, int n_slots, int n_ctx) {
+    loaded_ = std::move(l);
+    queue_ = std::make_shared<EventQueue>();
+    tsfn_ = Napi::ThreadSafeFunction::New(env, on_events, "mashbox_events", 0, 1);
+    auto queue = queue_;
+    auto tsfn = tsfn_;
+    mb::SchedulerOptions so{n_slots, n_ctx, max_batch};
+    loaded_->sched = std::make_unique<mb::Scheduler>(
+        std::move(loaded_->model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
+          std::lock_guard<std::mutex> lk(queue->mu);
+          for (auto& e : evs) queue->pending.push_back(std::move(e));
+          if (queue->scheduled) return;
+          queue->scheduled = true;
+          tsfn.NonBlockingCall([queue](Napi::Env env, Napi::Function cb) {
+            std::vector<mb::EngineEvent> batch;
+            {
+              std::lock_guard<std::mutex> lk2(queue->mu);
+              batch.swap(queue->pending);
+              queue->scheduled = false;
+            }
+            if (batch.empty() || cb.IsEmpty()) return;
+            auto arr = Napi::Array::New(env, batch.size());
+            for (size_t i = 0; i < batch.size(); i++) arr.Set(uint32_t(i), event_to_js(env, batch[i]));
+            cb.Call({arr});
+          });
+        });
+    n_ctx_ = n_ctx;
+    n_slots_ = n_slots;
+  }
+
+ private:
+  bool ready(Napi::Env env) {
+    if (!loaded_ || !loaded_->sched) {
+      Napi::Error::New(env, "model not loaded").ThrowAsJavaScriptException();
+      return false;
+    }
+    return true;
+  }
+
+  Napi::Value Load(const Napi::CallbackInfo& info);
+
+  Napi::Value Info(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    return info_object(env);
+  }
+
+  Napi::Object info_object(Napi::Env env) {
+    const auto& f = *loaded_->file;
+    const auto& t = *loaded_->tok;
+    auto o = Napi::Object::New(env);
+    o.Set("architecture", loaded_->config.arch);
+    o.Set("n_ctx_train", loaded_->config.n_ctx_train);
+    o.Set("n_vocab", t.n_vocab());
+    o.Set("n_ctx", n_ctx_);
+    o.Set("slots", n_slots_);
+    o.Set("n_layer", loaded_->config.n_layer);
+    o.Set("n_embd", loaded_->config.n_embd);
+    std::string tmpl = f.get_str("tokenizer.chat_template", "");
+    o.Set("chat_template", tmpl.empty() ? env.Null() : Napi::String::New(env, tmpl));
+    o.Set("bos_token", t.bos() >= 0 ? Napi::String::New(env, t.token_text(t.bos())) : env.Null());
+    o.Set("eos_token", t.eos() >= 0 ? Napi::String::New(env, t.token_text(t.eos())) : env.Null());
+    o.Set("add_bos", f.get_bool("tokenizer.ggml.add_bos_token", false));
+    o.Set("file_bytes", double(f.file_size()));
+    o.Set("n_params", double(loaded_->n_params));
+    // Bits per weight the way llama.cpp reports it: tensor bytes over parameter count.
+    o.Set("bpw", loaded_->n_params ? 8.0 * double(loaded_->tensor_bytes) / double(loaded_->n_params) : 0.0);
+    o.Set("kv_bytes", double(loaded_->kv_bytes));
+    return o;
+  }
+
+  Napi::Value Tokenize(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    std::string text = info[0].As<Napi::String>().Utf8Value();
+    bool add_special = info.Length() > 1 && info[1].ToBoolean();
+    bool parse_special = info.Length() > 2 && info[2].ToBoolean();
+    auto ids = loaded_->tok->encode(text, add_special, parse_special);
+    auto arr = Napi::Int32Array::New(env, ids.size());
+    for (size_t i = 0; i < ids.size(); i++) arr[i] = ids[i];
+    return arr;
+  }
+
+  Napi::Value Detokenize(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    auto ids = read_ids(info[0]);
+    bool render_special = info.Length() > 1 && info[1].ToBoolean();
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= loaded_->tok->n_vocab()) throw Napi::RangeError::New(env, "token id out of range");
+      out += loaded_->tok->piece(id, render_special);
+    }
+    mb::Utf8Stream s;  // invalid byte sequences become U+FFFD like the stream path
+    return Napi::String::New(env, s.push(out) + s.flush());
+  }
+
+  static std::vector<int32_t> read_ids(const Napi::Value& v) {
+    std::vector<int32_t> ids;
+    if (v.IsTypedArray()) {
+      auto ta = v.As<Napi::Int32Array>();
+      ids.assign(ta.Data(), ta.Data() + ta.ElementLength());
+    } else if (v.IsArray()) {
+      auto a = v.As<Napi::Array>();
+      ids.reserve(a.Length());
+      for (uint32_t i = 0; i < a.Length(); i++) ids.push_back(a.Get(i).As<Napi::Number>().Int32Value());
+    } else {
+      throw Napi::TypeError::New(v.Env(), "expected an array of token ids");
+    }
+    return ids;
+  }
+
+  static double num(const Napi::Object& o, const char* k, double d) {
+    auto v = o.Get(k);
+    return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : d;
+  }
+
+  // submit({id, prompt, max_tokens, sampling: {...}, script?})
+  Napi::Value Submit(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    auto o = info[0].As<Napi::Object>();
+    mb::EngineRequest r;
+    r.id = uint64_t(num(o, "id", 0));
+    r.prompt = read_ids(o.Get("prompt"));
+    for (int32_t id : r.prompt)
+      if (id < 0 || id >= loaded_->tok->n_vocab()) throw Napi::RangeError::New(env, "prompt token id out of range");
+    r.max_tokens = int(num(o, "max_tokens", -1));
+    if (o.Get("sampling").IsObject()) {
+      auto s = o.Get("sampling").As<Napi::Object>();
+      r.sampling.temperature = float(num(s, "temperature", 0));
+      r.sampling.top_k = int(num(s, "top_k", 0));
+      r.sampling.top_p = float(num(s, "top_p", 1));
+      r.sampling.min_p = float(num(s, "min_p", 0));
+      r.sampling.repeat_penalty = float(num(s, "repetition_penalty", 1));
+      r.sampling.frequency_penalty = float(num(s, "frequency_penalty", 0));
+      r.sampling.presence_penalty = float(num(s, "presence_penalty", 0));
+      r.sampling.penalty_last_n = int(num(s, "penalty_last_n", 64));
+      if (s.Get("seed").IsNumber()) {
+        r.sampling.has_seed = true;
+        r.sampling.seed = uint64_t(int64_t(s.Get("seed").As<Napi::Number>().Int64Value()));
+      }
+    }
+    if (o.Has("script") && !o.Get("script").IsUndefined() && !o.Get("script").IsNull()) {
+      r.scripted = true;
+      r.script = read_ids(o.Get("script"));
+    }
+    loaded_->sched->submit(std::move(r));
+    return env.Undefined();
+  }
+
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (loaded_ && loaded_->sched) loaded_->sched->cancel(uint64_t(info[0].As<Napi::Number>().DoubleValue()));
+    return env.Undefined();
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    auto st = loaded_->sched->stats();
+    auto o = Napi::Object::New(env);
+    o.Set("slots_total", st.slots_total);
+    o.Set("slots_in_use", st.slots_in_use);
+    o.Set("waiting", st.waiting);
+    o.Set("kv_tokens_used", double(st.kv_tokens_used));
+    o.Set("kv_tokens_total", double(st.kv_tokens_total));
+    o.Set("prefix_lookups", double(st.prefix_lookups));
+    o.Set("prefix_hit_tokens", double(st.prefix_hit_tokens));
+    o.Set("prefix_lookup_tokens", double(st.prefix_lookup_tokens));
+    o.Set("steps", double(st.steps));
+    return o;
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    shutdown();
+    return info.Env().Undefined();
+  }
+
+  void shutdown() {
+    // Stop the scheduler first so no sink call races the TSFN release.
+    if (loaded_) loaded_.reset();
+    if (queue_) {
+      tsfn_.Release();
+      queue_.reset();
+    }
+  }
+
+  std::unique_ptr<Loaded> loaded_;
+  std::shared_ptr<EventQueue> queue_;
+  Napi::ThreadSafeFunction tsfn_;
+  int n_ctx_ = 0, n_slots_ = 0;
+  bool loading_ = false;
+  friend class LoadWorker;
+};
+
+class LoadWorker : public Napi::AsyncWorker {
+ public:
+  LoadWorker(Napi::Env env, Engine* engine, Napi::Object self, LoadOptions o, Napi::Function on_events)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), engine_(engine), opts_(std::move(o)) {
+    self_ = Napi::Persistent(self);
+    on_events_ = Napi::Persistent(on_events);
+  }
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      auto l = std::make_unique<Loaded>();
+      l->file = std::shared_ptr<mb::GgufFile>(mb::GgufFile::open(opts_.model_path));
+      l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
+      l->pool = std::make_unique<mb::ThreadPool>(opts_.n_threads);
+      l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get());
+      l->config = l->model->config();
+      l->kv_bytes = l->model->kv_bytes();
+      for (const auto& t : l->file->tensors()) {
+        l->n_params += t.n_elements();
+        l->tensor_bytes += t.n_bytes;
+      }
+      loaded_ = std::move(l);
+    } catch (const std::exception& e) {
+      SetError(e.what());
+    }
+  }
+  void OnOK() override {
+    auto env = Env();
+    engine_->loading_ = false;
+    try {
+      engine_->on_loaded(env, std::move(loaded_), on_events_.Value(), opts_.max_batch, opts_.n_slots, opts_.n_ctx);
+    } catch (const std::exception& e) {
+      deferred_.Reject(Napi::Error::New(env, e.what()).Value());
+      return;
+    }
+    deferred_.Resolve(engine_->info_object(env));
+  }
+  void OnError(const Napi::Error& e) override {
+    engine_->loading_ = false;
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  Engine* engine_;
+  Napi::ObjectReference self_;   // keeps the Engine alive while loading
+  Napi::FunctionReference on_events_;
+  LoadOptions opts_;
+  std::unique_ptr<Loaded> loaded_;
+};
+
+// load({model_path, n_ctx, n_slots, n_threads, max_batch}, on_events) -> Promise<info>
+Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
+  auto env = info.Env();
+  if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
+  auto o = info[0].As<Napi::Object>();
+  if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "load: on_events callback required");
+  LoadOptions lo;
+  lo.model_path = o.Get("model_path").As<Napi::String>().Utf8Value();
+  lo.n_ctx = int(num(o, "n_ctx", 2048));
+  lo.n_slots = int(num(o, "n_slots", 1));
+  lo.n_threads = int(num(o, "n_threads", 1));
+  lo.max_batch = int(num(o, "max_batch", 512));
+  if (lo.n_ctx < 1 || lo.n_slots < 1 || lo.n_threads < 1 || lo.max_batch < 1)
+    throw Napi::RangeError::New(env, "load: n_ctx, n_slots, n_threads and max_batch must be >= 1");
+  loading_ = true;
+  auto* w = new LoadWorker(env, this, info.This().As<Napi::Object>(), lo, info[1].As<Napi::Function>());
+  auto p = w->promise();
+  w->Queue();
+  return p;
+}
+
+Napi::Object InitAll(Napi::Env env, Napi::Object exports) { return Engine::Init(env, exports); }
+
+}  // namespace
+
+NODE_API_MODULE(mashbox_native, InitAll)

@@ -1,0 +1,311 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+
+namespace mb {
+
+struct Scheduler::Seq {
+  explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
+  EngineRequest req;
+  Sampler sampler;
+  Utf8Stream utf8;
+  Clock::time_point t_submit, t_admit, t_first, t_last;
+  int slot = -1;
+  size_t prompt_done = 0;     // prompt tokens whose K/V is in the slot
+  int cached_tokens = 0;      // prompt tokens served from the prefix cache
+  int n_gen = 0;
+  size_t script_pos = 0;
+  int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
+  bool done = false;
+};
+
+static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink)
+    : model_(std::move(model)), tok_(std::move(tok)), opts_(opts), sink_(std::move(sink)) {
+  if (opts_.n_slots < 1 || opts_.n_ctx < 1) throw std::invalid_argument("scheduler: slots and ctx must be >= 1");
+  // Every sequence needs room for at least its decode token in a step.
+  opts_.max_batch = std::max(opts_.max_batch, opts_.n_slots);
+  n_vocab_ = model_->config().n_vocab;
+  slots_.resize(opts_.n_slots);
+  // Only the last prompt token or the decode token of a sequence wants logits: one row per slot.
+  logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+  stats_.slots_total = opts_.n_slots;
+  stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::submit(EngineRequest req) {
+  auto s = std::make_unique<Seq>(std::move(req));
+  s->t_submit = Clock::now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    incoming_.push_back(std::move(s));
+    stats_.waiting++;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Scheduler::publish_stats() {
+  SchedulerStats st;
+  st.slots_total = opts_.n_slots;
+  st.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
+  for (const auto& sl : slots_) {
+    if (sl.seq) st.slots_in_use++;
+    st.kv_tokens_used += int64_t(sl.cached.size());
+  }
+  st.prefix_lookups = prefix_lookups_;
+  st.prefix_hit_tokens = prefix_hit_tokens_;
+  st.prefix_lookup_tokens = prefix_lookup_tokens_;
+  st.steps = steps_;
+  std::lock_guard<std::mutex> lk(mu_);
+  st.waiting = int(waiting_.size() + incoming_.size());
+  stats_ = st;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::vector<uint64_t> cancels;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] {
+        return stopping_ || !incoming_.empty() || !cancels_.empty() || !waiting_.empty() || !running_.empty();
+      });
+      if (stopping_) return;
+      while (!incoming_.empty()) {
+        waiting_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      cancels.swap(cancels_);
+    }
+    std::vector<EngineEvent> out;
+    for (uint64_t id : cancels) {
+      for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+        if ((*it)->req.id != id) continue;
+        EngineEvent ev;
+        ev.kind = EngineEvent::Done;
+        ev.id = id;
+        ev.finish = "cancelled";
+        ev.prompt_tokens = int((*it)->req.prompt.size());
+        ev.queue_ms = ms_between((*it)->t_submit, Clock::now());
+        out.push_back(std::move(ev));
+        waiting_.erase(it);
+        break;
+      }
+      for (auto& s : running_)
+        if (s->req.id == id && !s->done) finish(*s, "cancelled", out);
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
+    step(out);
+    publish_stats();
+    if (!out.empty()) sink_(std::move(out));
+  }
+}
+
+void Scheduler::admit(std::vector<EngineEvent>& out) {
+  while (!waiting_.empty()) {
+    int free_slot = -1;
+    for (int i = 0; i < opts_.n_slots; i++)
+      if (!slots_[i].seq) { free_slot = i; break; }
+    if (free_slot < 0) return;
+    std::unique_ptr<Seq> s = std::move(waiting_.front());
+    waiting_.pop_front();
+    const auto now = Clock::now();
+    const auto& prompt = s->req.prompt;
+    if (prompt.empty() || int(prompt.size()) > opts_.n_ctx) {
+      EngineEvent ev;
+      ev.kind = EngineEvent::Error;
+      ev.id = s->req.id;
+      ev.message = prompt.empty() ? "empty prompt" : "prompt does not fit in the context window";
+      out.push_back(std::move(ev));
+      continue;
+    }
+    // Take the free slot whose cache shares the longest prefix with this prompt; on a tie the
+    // slot holding the least, so longer caches survive for the requests that can use them.
+    int best = -1;
+    size_t best_lcp = 0;
+    for (int i = 0; i < opts_.n_slots; i++) {
+      if (slots_[i].seq) continue;
+      const auto& c = slots_[i].cached;
+      size_t n = std::min(c.size(), prompt.size()), l = 0;
+      while (l < n && c[l] == prompt[l]) l++;
+      if (best < 0 || l > best_lcp || (l == best_lcp && c.size() < slots_[best].cached.size())) {
+        best = i;
+        best_lcp = l;
+      }
+    }
+    // The last prompt token is always evaluated again: its logits are the first sample.
+    const size_t reuse = std::min(best_lcp, prompt.size() - 1);
+    Slot& sl = slots_[best];
+    if (sl.cached.size() > reuse) {
+      model_->kv_truncate(best, int(reuse));
+      sl.cached.resize(reuse);
+    }
+    prefix_lookups_++;
+    prefix_lookup_tokens_ += int64_t(prompt.size());
+    prefix_hit_tokens_ += int64_t(reuse);
+    s->slot = best;
+    s->prompt_done = reuse;
+    s->cached_tokens = int(reuse);
+    s->t_admit = now;
+    const size_t w = size_t(std::max(0, s->req.sampling.penalty_last_n));
+    for (size_t i = prompt.size() > w ? prompt.size() - w : 0; i < prompt.size(); i++) s->sampler.accept(prompt[i]);
+
+    EngineEvent ev;
+    ev.kind = EngineEvent::Start;
+    ev.id = s->req.id;
+    ev.prompt_tokens = int(prompt.size());
+    ev.cached_tokens = int(reuse);
+    ev.queue_ms = ms_between(s->t_submit, now);
+    out.push_back(std::move(ev));
+    sl.seq = s.get();
+    running_.push_back(std::move(s));
+    if (running_.back()->req.max_tokens == 0) finish(*running_.back(), "length", out);
+  }
+}
+
+void Scheduler::finish(Seq& s, const char* reason, std::vector<EngineEvent>& out) {
+  const auto now = Clock::now();
+  EngineEvent ev;
+  ev.kind = EngineEvent::Done;
+  ev.id = s.req.id;
+  ev.finish = reason;
+  ev.text = s.utf8.flush();
+  ev.prompt_tokens = int(s.req.prompt.size());
+  ev.cached_tokens = s.cached_tokens;
+  ev.completion_tokens = s.n_gen;
+  ev.queue_ms = ms_between(s.t_submit, s.t_admit);
+  if (s.n_gen > 0) {
+    ev.prompt_ms = ms_between(s.t_admit, s.t_first);
+    ev.predicted_ms = ms_between(s.t_first, s.t_last);
+  } else {
+    ev.prompt_ms = ms_between(s.t_admit, now);
+  }
+  out.push_back(std::move(ev));
+  s.done = true;
+  if (s.slot >= 0) slots_[s.slot].seq = nullptr;  // K/V stays cached for prefix reuse
+  s.slot = -1;
+}
+
+void Scheduler::step(std::vector<EngineEvent>& out) {
+  admit(out);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
+  if (running_.empty()) return;
+
+  Batch b;
+  std::vector<Seq*> row_seq;  // [n_wanted] which sequence each logits row belongs to
+  auto push = [&](Seq& s, int32_t tok, bool want) {
+    Slot& sl = slots_[s.slot];
+    b.token.push_back(tok);
+    b.pos.push_back(int32_t(sl.cached.size()));
+    b.slot.push_back(s.slot);
+    b.logits.push_back(want ? 1 : 0);
+    sl.cached.push_back(tok);
+    if (want) row_seq.push_back(&s);
+  };
+  // Decode tokens first: one per generating sequence, so their latency never waits on prefill.
+  for (auto& s : running_)
+    if (s->pending >= 0) {
+      push(*s, s->pending, true);
+      s->pending = -1;
+    }
+  int budget = opts_.max_batch - int(b.token.size());
+  for (auto& s : running_) {
+    if (budget <= 0) break;
+    const auto& p = s->req.prompt;
+    if (s->prompt_done >= p.size() || s->n_gen > 0) continue;
+    const size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
+    for (size_t i = 0; i < k; i++) {
+      const size_t j = s->prompt_done + i;
+      push(*s, p[j], j + 1 == p.size());
+    }
+    s->prompt_done += k;
+    budget -= int(k);
+  }
+  if (b.token.empty()) return;
+
+  try {
+    model_->forward(b, logits_.data());
+  } catch (const std::exception& e) {
+    // The KV of every slot in this batch is now suspect: drop it and fail the sequences.
+    for (auto& s : running_) {
+      EngineEvent ev;
+      ev.kind = EngineEvent::Error;
+      ev.id = s->req.id;
+      ev.message = std::string("forward failed: ") + e.what();
+      out.push_back(std::move(ev));
+      s->done = true;
+    }
+    for (int i = 0; i < opts_.n_slots; i++) {
+      model_->kv_truncate(i, 0);
+      slots_[i].cached.clear();
+      slots_[i].seq = nullptr;
+    }
+    running_.clear();
+    return;
+  }
+  steps_++;
+  const auto now = Clock::now();
+  for (size_t r = 0; r < row_seq.size(); r++) {
+    Seq& s = *row_seq[r];
+    float* row = logits_.data() + r * size_t(n_vocab_);
+    if (s.n_gen == 0) s.t_first = now;
+    int32_t tok;
+    if (s.req.scripted) {
+      if (s.script_pos >= s.req.script.size()) { finish(s, "stop", out); continue; }
+      tok = s.req.script[s.script_pos++];
+    } else {
+      tok = s.sampler.sample(row, n_vocab_);
+    }
+    s.sampler.accept(tok);
+    s.t_last = now;
+    if (!s.req.scripted && tok_->is_eog(tok)) {
+      finish(s, "stop", out);
+      continue;
+    }
+    s.n_gen++;
+    EngineEvent ev;
+    ev.kind = EngineEvent::Token;
+    ev.id = s.req.id;
+    ev.token = tok;
+    ev.text = s.utf8.push(tok_->piece(tok, false));
+    out.push_back(std::move(ev));
+    if (s.req.scripted && s.script_pos >= s.req.script.size()) finish(s, "stop", out);
+    else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
+    else if (int(slots_[s.slot].cached.size()) >= opts_.n_ctx) finish(s, "length", out);
+    else s.pending = tok;
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
+}
+
+}  // namespace mb

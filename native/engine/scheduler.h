@@ -1,0 +1,123 @@
+// The scheduler thread: owns the Model, runs S sequences with continuous batching, chunked
+// prefill mixed with decode in one forward() per step, prefix reuse across requests, sampling
+// and UTF-8-safe detokenization. Events leave through one sink callback, batched per step.
+//
+// Dimension legend: S slots (--slots), C context per slot (--ctx), V n_vocab,
+//                   B max tokens per forward() (prefill chunks + one decode token per sequence).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sampler.h"
+
+namespace mb {
+class Model;
+class Tokenizer;
+
+struct EngineRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;     // already tokenized
+  SamplerParams sampling;
+  int max_tokens = -1;             // -1 = until the end of the slot's context
+  bool scripted = false;           // emit `script` instead of sampling (tests)
+  std::vector<int32_t> script;
+};
+
+struct EngineEvent {
+  enum Kind { Start, Token, Done, Error };
+  Kind kind = Token;
+  uint64_t id = 0;
+  // Token
+  int32_t token = -1;
+  std::string text;                // Token: complete UTF-8 only; Done: the flushed remainder
+  // Start / Done
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  double queue_ms = 0;
+  // Done
+  std::string finish;              // "stop" | "length" | "cancelled"
+  int completion_tokens = 0;
+  double prompt_ms = 0;            // slot assignment -> first token sampled (prefill done)
+  double predicted_ms = 0;         // first token -> last token
+  // Error
+  std::string message;
+};
+
+struct SchedulerStats {
+  int slots_total = 0;
+  int slots_in_use = 0;
+  int waiting = 0;
+  int64_t kv_tokens_used = 0;
+  int64_t kv_tokens_total = 0;
+  int64_t prefix_lookups = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_lookup_tokens = 0;
+  int64_t steps = 0;
+};
+
+struct SchedulerOptions {
+  int n_slots = 1;
+  int n_ctx = 2048;
+  int max_batch = 512;             // B
+};
+
+class Scheduler {
+ public:
+  using Sink = std::function<void(std::vector<EngineEvent>&&)>;
+  // The tokenizer is shared read-only with the caller's thread (tokenize/detokenize calls).
+  Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink);
+  ~Scheduler();  // stops the thread; requests still running get no further events
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void submit(EngineRequest req);
+  void cancel(uint64_t id);          // unknown or finished ids are ignored
+  SchedulerStats stats() const;
+  Model& model() { return *model_; }
+  void stop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Seq;
+  struct Slot {
+    std::vector<int32_t> cached;     // [<= C] tokens whose K/V the slot holds, in position order
+    Seq* seq = nullptr;              // nullptr = free
+  };
+  void loop();
+  void step(std::vector<EngineEvent>& out);
+  void admit(std::vector<EngineEvent>& out);
+  void finish(Seq& s, const char* reason, std::vector<EngineEvent>& out);
+  void publish_stats();
+
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Tokenizer> tok_;
+  SchedulerOptions opts_;
+  Sink sink_;
+  int n_vocab_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Seq>> incoming_;   // guarded by mu_
+  std::vector<uint64_t> cancels_;               // guarded by mu_
+  bool stopping_ = false;                       // guarded by mu_
+  SchedulerStats stats_;                        // guarded by mu_ (published copy)
+
+  // Scheduler-thread state.
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;   // admission order
+  std::vector<Slot> slots_;                     // [S]
+  std::vector<float> logits_;                   // [S, V] (at most one wanted row per sequence)
+  int64_t prefix_lookups_ = 0, prefix_hit_tokens_ = 0, prefix_lookup_tokens_ = 0, steps_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace mb

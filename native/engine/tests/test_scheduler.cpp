@@ -1,0 +1,236 @@
+// Scheduler behaviour on a fake model whose logits depend on every token in the slot's KV, so any
+// mix-up of slots, positions, chunking or prefix reuse changes the output. The fake also checks
+// that each slot's K/V is written contiguously (pos == tokens held).
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../../model/model.h"
+#include "../../tokenizer/tokenizer.h"
+#include "../scheduler.h"
+#include "check.h"
+
+using namespace mb;
+
+static constexpr int kVocab = 64;
+static constexpr int kEog = 63;
+static constexpr int kForceEog = 62;  // fake rule: after this token the model says EOG
+
+// Next token = a hash of the whole history, so it depends on slot contents and order.
+static int32_t next_of(const std::vector<int32_t>& hist) {
+  if (!hist.empty() && hist.back() == kForceEog) return kEog;
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : hist) h = (h ^ uint64_t(t)) * 1099511628211ull;
+  return int32_t(h % 60);  // never 60..63
+}
+
+class FakeModel : public Model {
+ public:
+  FakeModel(int slots) : kv_(slots) { cfg_.arch = "fake"; cfg_.n_vocab = kVocab; }
+  const ModelConfig& config() const override { return cfg_; }
+  void forward(const Batch& b, float* out) override {
+    max_batch_seen = std::max(max_batch_seen, b.token.size());
+    size_t r = 0;
+    for (size_t t = 0; t < b.token.size(); t++) {
+      auto& kv = kv_[b.slot[t]];
+      if (b.pos[t] != int(kv.size())) bad_pos++;
+      kv.resize(b.pos[t]);
+      kv.push_back(b.token[t]);
+      if (!b.logits[t]) continue;
+      float* row = out + r++ * kVocab;
+      for (int v = 0; v < kVocab; v++) row[v] = 0.f;
+      row[next_of(kv)] = 10.f;
+    }
+    tokens_forwarded += b.token.size();
+  }
+  void kv_truncate(int slot, int pos) override { if (int(kv_[slot].size()) > pos) kv_[slot].resize(pos); }
+  void kv_copy(int, int, int) override {}
+  size_t kv_bytes() const override { return 0; }
+  int bad_pos = 0;
+  size_t max_batch_seen = 0;
+  size_t tokens_forwarded = 0;
+ private:
+  ModelConfig cfg_;
+  std::vector<std::vector<int32_t>> kv_;
+};
+
+class FakeTok : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view, bool, bool) const override { return {}; }
+  std::string piece(int32_t id, bool) const override {
+    if (id == 60) return "\xC3";   // first byte of U+00E9 ...
+    if (id == 61) return "\xA9";   // ... and its continuation byte, split across tokens
+    if (id >= 62) return "";
+    return std::string(1, char('a' + id % 26));
+  }
+  int32_t n_vocab() const override { return kVocab; }
+  int32_t bos() const override { return -1; }
+  int32_t eos() const override { return kEog; }
+  bool is_eog(int32_t id) const override { return id == kEog; }
+  std::string token_text(int32_t id) const override { return piece(id, true); }
+};
+
+struct Result {
+  bool started = false, done = false, error = false;
+  int cached = -1;
+  std::vector<int32_t> tokens;
+  std::string text, finish;
+  int completion = 0;
+};
+
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Result> res;
+  void sink(std::vector<EngineEvent>&& evs) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (auto& e : evs) {
+      Result& r = res[e.id];
+      if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
+      if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
+      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; }
+      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; }
+    }
+    cv.notify_all();
+  }
+  Result wait(uint64_t id) {
+    std::unique_lock<std::mutex> lk(mu);
+    bool ok = cv.wait_for(lk, std::chrono::seconds(20), [&] { return res[id].done; });
+    CHECK(ok);
+    return res[id];
+  }
+  size_t tokens_of(uint64_t id) {
+    std::lock_guard<std::mutex> lk(mu);
+    return res[id].tokens.size();
+  }
+};
+
+static std::vector<int32_t> make_prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; i++) p.push_back((i * 7 + salt) % 60);
+  return p;
+}
+
+static std::vector<int32_t> expected(std::vector<int32_t> hist, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; i++) {
+    int32_t t = next_of(hist);
+    if (t == kEog) break;
+    out.push_back(t);
+    hist.push_back(t);
+  }
+  return out;
+}
+
+static EngineRequest req(uint64_t id, std::vector<int32_t> prompt, int max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+int main() {
+  {  // continuous batching: many requests, 3 slots, one prompt longer than a batch
+    auto model = std::make_unique<FakeModel>(3);
+    FakeModel* fm = model.get();
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {3, 2048, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    const int lens[] = {5, 700, 40, 1, 300, 12, 90};
+    for (int i = 0; i < 7; i++) s.submit(req(i + 1, make_prompt(lens[i], i), 25 + i));
+    for (int i = 0; i < 7; i++) {
+      Result r = c.wait(i + 1);
+      CHECK(r.started);
+      CHECK_EQ(r.finish, std::string("length"));
+      CHECK(r.tokens == expected(make_prompt(lens[i], i), 25 + i));
+    }
+    CHECK_EQ(fm->bad_pos, 0);
+    CHECK(fm->max_batch_seen <= 512);
+    CHECK(fm->max_batch_seen > 1);  // decode and prefill really shared steps
+    auto st = s.stats();
+    CHECK_EQ(st.slots_in_use, 0);
+    CHECK_EQ(st.waiting, 0);
+    CHECK_EQ(st.prefix_lookups, int64_t(7));
+  }
+  {  // prefix reuse: the second prompt extends the first; the shared part is not prefilled again
+    auto model = std::make_unique<FakeModel>(2);
+    FakeModel* fm = model.get();
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {2, 1024, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    auto p1 = make_prompt(200, 3);
+    s.submit(req(1, p1, 4));
+    Result r1 = c.wait(1);
+    CHECK_EQ(r1.cached, 0);
+    const size_t before = fm->tokens_forwarded;
+    auto p2 = p1;
+    p2.insert(p2.end(), {1, 2, 3});
+    s.submit(req(2, p2, 4));
+    Result r2 = c.wait(2);
+    CHECK_EQ(r2.cached, 200);
+    CHECK(r2.tokens == expected(p2, 4));
+    CHECK_EQ(fm->tokens_forwarded - before, size_t(3 + 3));  // 3 new prompt tokens + 3 decode inputs
+    // identical prompt: everything but the last token comes from the cache
+    s.submit(req(3, p1, 4));
+    Result r3 = c.wait(3);
+    CHECK_EQ(r3.cached, 199);
+    CHECK(r3.tokens == r1.tokens);
+    auto st = s.stats();
+    CHECK_EQ(st.prefix_hit_tokens, int64_t(399));
+    CHECK_EQ(fm->bad_pos, 0);
+  }
+  {  // cancel frees the slot; a waiting request then runs
+    Collector c;
+    Scheduler s(std::make_unique<FakeModel>(1), std::make_shared<FakeTok>(), {1, 100000, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    s.submit(req(1, make_prompt(10, 1), -1));
+    s.submit(req(2, make_prompt(10, 2), 3));
+    auto t0 = std::chrono::steady_clock::now();
+    while (c.tokens_of(1) < 5 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) std::this_thread::yield();
+    CHECK_EQ(s.stats().slots_in_use, 1);
+    s.cancel(1);
+    Result r1 = c.wait(1);
+    CHECK_EQ(r1.finish, std::string("cancelled"));
+    Result r2 = c.wait(2);
+    CHECK_EQ(r2.finish, std::string("length"));
+    CHECK_EQ(r2.completion, 3);
+    CHECK_EQ(s.stats().slots_in_use, 0);
+    // cancelling a request still waiting ends it too
+    s.submit(req(3, make_prompt(10, 1), -1));
+    s.submit(req(4, make_prompt(10, 4), -1));
+    s.cancel(4);
+    CHECK_EQ(c.wait(4).finish, std::string("cancelled"));
+    s.cancel(3);
+    CHECK_EQ(c.wait(3).finish, std::string("cancelled"));
+  }
+  {  // end of context, EOG, too-long prompt, max_tokens 0, scripted tokens with split UTF-8
+    Collector c;
+    Scheduler s(std::make_unique<FakeModel>(2), std::make_shared<FakeTok>(), {2, 32, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    s.submit(req(1, make_prompt(30, 0), -1));
+    Result r1 = c.wait(1);
+    CHECK_EQ(r1.finish, std::string("length"));
+    CHECK_EQ(r1.completion, 3);  // positions 30, 31 fed back; the third token needs no slot
+    auto p = make_prompt(5, 0);
+    p.push_back(kForceEog);
+    s.submit(req(2, p, 10));
+    Result r2 = c.wait(2);
+    CHECK_EQ(r2.finish, std::string("stop"));
+    CHECK_EQ(r2.completion, 0);
+    s.submit(req(3, make_prompt(33, 0), 10));
+    CHECK(c.wait(3).error);
+    s.submit(req(4, make_prompt(3, 0), 0));
+    Result r4 = c.wait(4);
+    CHECK_EQ(r4.finish, std::string("length"));
+    CHECK_EQ(r4.completion, 0);
+    EngineRequest sr = req(5, make_prompt(4, 0), 100);
+    sr.scripted = true;
+    sr.script = {0, 60, 61, 1, kEog};
+    s.submit(sr);
+    Result r5 = c.wait(5);
+    CHECK_EQ(r5.finish, std::string("stop"));
+    CHECK_EQ(r5.text, std::string("a\xC3\xA9" "b"));
+    CHECK_EQ(r5.completion, 5);
+  }
+  TEST_MAIN_END();
+}

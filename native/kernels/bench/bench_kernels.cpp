@@ -1,0 +1,69 @@
+// Matmul throughput for the default model's shapes (SmolLM2-135M: D=576, F=1536, V=49152):
+// ms per call and weight GB/s, for each kernel table, 1 and 2 threads, T = 1, 8, 512.
+// usage: bench_kernels [--quick]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blocks.h"
+#include "util/threadpool.h"
+
+using namespace mb;
+using namespace mb::kq;
+
+struct Shape { const char* what; GgmlType type; int64_t K, N; };
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const Shape shapes[] = {
+      {"attn q/o 576x576", GgmlType::Q4_1, 576, 576},
+      {"ffn gate/up 576->1536", GgmlType::Q4_1, 576, 1536},
+      {"ffn down 1536->576", GgmlType::Q4_1, 1536, 576},
+      {"output 576->49152", GgmlType::Q8_0, 576, 49152},
+  };
+  std::mt19937 rng(1);
+  std::vector<const KernelTable*> tables = {&ref_table()};
+  if (avx2_table() && &active_table() == avx2_table()) tables.push_back(avx2_table());
+  std::printf("%-24s %-5s %-5s %3s %4s %10s %9s\n", "shape", "type", "table", "thr", "T", "ms/call", "W GB/s");
+  for (const Shape& s : shapes) {
+    const size_t wb = ggml_row_bytes(s.type, s.K) * s.N;
+    std::vector<uint8_t> w(wb);
+    for (auto& b : w) b = rng() & 0xff;
+    // sane f16 scales at the front of every block so no NaNs appear
+    const size_t bb = block_bytes(s.type);
+    for (size_t o = 0; o < wb; o += bb) {
+      half h = f2h(0.01f);
+      std::memcpy(&w[o], &h, 2);
+      if (s.type == GgmlType::Q4_1) std::memcpy(&w[o + 2], &h, 2);
+    }
+    QMatrix W{s.type, s.K, s.N, w.data()};
+    for (int T : {1, 8, 512}) {
+      std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
+      for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+      for (const KernelTable* kt : tables) {
+        for (int nth : {1, 2}) {
+          if (kt == &ref_table() && (T == 512 || nth == 2)) continue;  // the scalar path only as a baseline
+          if (quick && T == 512 && s.N == 49152) continue;
+          ThreadPool pool(nth);
+          matmul_with(*kt, W, x.data(), y.data(), T, &pool);  // warm up
+          // run for ~0.3 s of work (at least 3 calls)
+          int iters = 0;
+          auto t0 = std::chrono::steady_clock::now();
+          double el = 0;
+          while (iters < 3 || el < (quick ? 0.1 : 0.3)) {
+            matmul_with(*kt, W, x.data(), y.data(), T, &pool);
+            iters++;
+            el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          const double ms = el * 1e3 / iters;
+          std::printf("%-24s %-5s %-5s %3d %4d %10.4f %9.2f\n", s.what, s.type == GgmlType::Q4_1 ? "Q4_1" : "Q8_0",
+                      kt->name, nth, T, ms, wb / (ms * 1e-3) / 1e9);
+        }
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,143 @@
+// Block layouts exactly as ggml writes them into GGUF files (packed, little endian), the half /
+// bfloat16 conversions, and the function table that dispatch.cpp fills. Private to kernels/.
+//
+// Dimension legend: K elements per row; QK = 32 elements per legacy block, QK_K = 256 per K-quant
+// super-block (8 sub-blocks of 32 for Q4_K/Q5_K, 16 of 16 for Q6_K).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include "kernels.h"
+
+namespace mb {
+namespace kq {
+
+constexpr int QK = 32;
+constexpr int QK_K = 256;
+constexpr int K_SCALE_SIZE = 12;
+
+using half = uint16_t;  // IEEE binary16 bits
+using bf16 = uint16_t;  // bfloat16 bits
+
+#pragma pack(push, 1)
+struct block_q4_0 { half d; uint8_t qs[QK / 2]; };                 // x = (nibble - 8) * d
+struct block_q4_1 { half d; half m; uint8_t qs[QK / 2]; };         // x = nibble * d + m
+struct block_q5_0 { half d; uint8_t qh[4]; uint8_t qs[QK / 2]; };  // 5th bit of each value in qh
+struct block_q5_1 { half d; half m; uint8_t qh[4]; uint8_t qs[QK / 2]; };
+struct block_q8_0 { half d; int8_t qs[QK]; };
+struct block_q8_1 { half d; half s; int8_t qs[QK]; };              // s = d * sum(qs)
+struct block_q4_K { half d; half dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { half d; half dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; half d; };
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };  // bsums: sums of 16
+#pragma pack(pop)
+
+static_assert(sizeof(block_q4_0) == 18, "q4_0");
+static_assert(sizeof(block_q4_1) == 20, "q4_1");
+static_assert(sizeof(block_q5_0) == 22, "q5_0");
+static_assert(sizeof(block_q5_1) == 24, "q5_1");
+static_assert(sizeof(block_q8_0) == 34, "q8_0");
+static_assert(sizeof(block_q8_1) == 36, "q8_1");
+static_assert(sizeof(block_q4_K) == 144, "q4_K");
+static_assert(sizeof(block_q5_K) == 176, "q5_K");
+static_assert(sizeof(block_q6_K) == 210, "q6_K");
+static_assert(sizeof(block_q8_K) == 292, "q8_K");
+
+inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t f32_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// Exact binary16 -> binary32 (subnormals, inf, nan included).
+inline float h2f(half h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0) {
+    if (man == 0) return bits_to_f32(sign);
+    // subnormal: value = man * 2^-24
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (man << 13));
+  return bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+// binary32 -> binary16 with round-to-nearest-even, same result as F16C's vcvtps2ph (imm 0).
+inline half f2h(float f) {
+  uint32_t x = f32_to_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (half)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+  if (ax >= 0x477ff000u) return (half)(sign | 0x7c00);  // rounds to >= 65520 -> inf
+  if (ax < 0x38800000u) {  // result is subnormal or zero: scale so the integer part is the mantissa
+    float a = bits_to_f32(ax);
+    // a * 2^24 rounded to nearest even integer; exact because a < 2^-14 keeps it below 2^10.
+    float m = a * 16777216.0f;
+    uint32_t r = (uint32_t)m;
+    float frac = m - (float)r;
+    if (frac > 0.5f || (frac == 0.5f && (r & 1))) r++;
+    return (half)(sign | r);
+  }
+  uint32_t mant_odd = (ax >> 13) & 1;
+  ax += 0xfff + mant_odd;  // round half to even on the 13 dropped bits
+  return (half)(sign | (((ax >> 13) - (112u << 10)) & 0x7fff));
+}
+
+inline float bf2f(bf16 h) { return bits_to_f32((uint32_t)h << 16); }
+// Round-to-nearest-even; NaN stays a quiet NaN (ggml does the same).
+inline bf16 f2bf(float f) {
+  uint32_t u = f32_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 64);
+  return (bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+// Q4_K / Q5_K pack eight 6-bit (scale, min) pairs into 12 bytes.
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Partner ("vec dot") type of the activations for each weight type, as ggml pairs them.
+// F16/BF16 weights take activations rounded to F16/BF16, as ggml does; F32 takes F32.
+GgmlType vec_dot_type(GgmlType t);
+bool is_supported(GgmlType t);
+size_t block_bytes(GgmlType t);
+int block_elems(GgmlType t);
+
+// Quantize one row of k floats (k a multiple of the block size) to the given partner type.
+using QuantizeFn = void (*)(const float* x, void* y, int64_t k);
+// Dot of one weight row with one partner-typed activation row, k elements.
+using DotFn = float (*)(int64_t k, const void* w, const void* x);
+// Register-tiled dot: y[t*ldy + r] = dot(w row r, x row t) for r < nr, t < nt, with nr <= 4 and
+// nt <= 4; weight rows are w_stride bytes apart, activation rows x_stride apart. Exists so a
+// block of weights is unpacked once and used for several tokens.
+using TileFn = void (*)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* x,
+                        size_t x_stride, int nt, float* y, size_t ldy);
+
+enum TypeSlot { S_F32, S_F16, S_BF16, S_Q4_0, S_Q4_1, S_Q5_0, S_Q5_1, S_Q8_0, S_Q4_K, S_Q5_K, S_Q6_K, S_COUNT };
+int type_slot(GgmlType t);  // -1 if the type has no dot product
+
+// One complete set of kernels. dispatch.cpp builds one per instruction set and picks one.
+struct KernelTable {
+  const char* name;
+  QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_K, to_f16, to_bf16;
+  DotFn dot[S_COUNT];
+  TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
+  void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
+  void (*softmax)(float* x, int n);
+  void (*silu_mul)(float* gate, const float* up, int n);
+};
+
+const KernelTable& ref_table();
+const KernelTable* avx2_table();    // nullptr if not compiled in
+const KernelTable& active_table();  // the one dispatch.cpp picked
+// The GEMM driver with an explicit table (tests and bench compare tables through it).
+void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool);
+// Quantize x[k] to W's partner type with the given table; returns bytes written per row.
+size_t quantize_row_for(const KernelTable& kt, GgmlType wtype, const float* x, void* y, int64_t k);
+
+}  // namespace kq
+}  // namespace mb

@@ -1,0 +1,48 @@
+// The one place that chooses a kernel set. The choice is made once (function-local static,
+// immutable afterwards) from what the CPU reports; a CUDA set would be chosen here as well.
+#include <cstdlib>
+#include <cstring>
+
+#include "blocks.h"
+#include "ref/ref.h"
+
+namespace mb {
+namespace kq {
+
+static bool cpu_has_avx2_fma_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+const KernelTable& active_table() {
+  static const KernelTable* chosen = [] {
+    // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference).
+    const char* force = std::getenv("MB_KERNELS");
+    if (force && std::strcmp(force, "ref") == 0) return &ref_table();
+    const KernelTable* a = avx2_table();
+    if (a && cpu_has_avx2_fma_f16c()) return a;
+    return &ref_table();
+  }();
+  return *chosen;
+}
+
+}  // namespace kq
+
+void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool) {
+  kq::matmul_with(kq::active_table(), W, x, y, T, pool);
+}
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+  kq::active_table().rmsnorm(out, x, weight, n, eps);
+}
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox) {
+  kq::ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, neox);
+}
+void silu_mul(float* gate, const float* up, int n) { kq::active_table().silu_mul(gate, up, n); }
+void softmax(float* x, int n) { kq::active_table().softmax(x, n); }
+void add(float* out, const float* a, int n) { kq::ref::add(out, a, n); }
+
+}  // namespace mb

@@ -1,0 +1,79 @@
+// The GEMM driver: quantize x once, split N over the pool, and within each thread walk strips of
+// up to 4 weight rows across all T tokens so a strip is fetched from memory once per call.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "blocks.h"
+#include "util/threadpool.h"
+
+namespace mb {
+namespace kq {
+
+namespace {
+constexpr int kRowTile = 4;   // weight rows per strip (matches TileFn's nr <= 4)
+constexpr int kTokTile = 4;   // tokens per tile call (TileFn's nt <= 4)
+constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
+}  // namespace
+
+void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool) {
+  if (T <= 0 || W.N <= 0) return;
+  const int slot = type_slot(W.type);
+  if (slot < 0 || !kt.dot[slot])
+    throw std::invalid_argument(std::string("kernels: matmul does not support weight type ") +
+                                std::to_string((unsigned)W.type));
+  const GgmlType vt = vec_dot_type(W.type);
+  const int64_t K = W.K, N = W.N;
+  const size_t wrb = ggml_row_bytes(W.type, K);  // weight row bytes
+  const size_t xrb = ggml_row_bytes(vt, K);      // quantized activation row bytes
+  const int nth = pool ? pool->size() : 1;
+
+  // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call
+  std::vector<uint8_t> buf;
+  const uint8_t* xq;
+  if (vt == GgmlType::F32) {
+    xq = reinterpret_cast<const uint8_t*>(x);
+  } else {
+    buf.resize((size_t)T * xrb);
+    if (nth > 1 && T >= kParallelQuantRows) {
+      pool->run([&](int ith, int n) {
+        for (int t = ith; t < T; t += n) quantize_row_for(kt, W.type, x + (size_t)t * K, buf.data() + (size_t)t * xrb, K);
+      });
+    } else {
+      for (int t = 0; t < T; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, buf.data() + (size_t)t * xrb, K);
+    }
+    xq = buf.data();
+  }
+
+  const DotFn dot = kt.dot[slot];
+  const TileFn tile = kt.tile[slot];
+  auto work = [&](int ith, int n) {
+    // contiguous, strip-aligned share of N per thread
+    const int64_t strips = (N + kRowTile - 1) / kRowTile;
+    const int64_t per = (strips + n - 1) / n;
+    const int64_t r0 = std::min(N, ith * per * kRowTile);
+    const int64_t r1 = std::min(N, (ith + 1) * per * kRowTile);
+    if (T == 1 || !tile) {
+      // decode: plain row dots, no tiling overhead; for T > 1 each row stays in L1 across tokens
+      for (int64_t r = r0; r < r1; r++) {
+        const uint8_t* wr = W.data + (size_t)r * wrb;
+        for (int t = 0; t < T; t++) y[(size_t)t * N + r] = dot(K, wr, xq + (size_t)t * xrb);
+      }
+      return;
+    }
+    for (int64_t r = r0; r < r1; r += kRowTile) {
+      const int nr = (int)std::min<int64_t>(kRowTile, r1 - r);
+      const uint8_t* wr = W.data + (size_t)r * wrb;
+      for (int t = 0; t < T; t += kTokTile) {
+        const int nt = std::min(kTokTile, T - t);
+        tile(K, wr, wrb, nr, xq + (size_t)t * xrb, xrb, nt, y + (size_t)t * N + r, (size_t)N);
+      }
+    }
+  };
+  if (nth > 1) pool->run(work);
+  else work(0, 1);
+}
+
+}  // namespace kq
+}  // namespace mb

@@ -1,0 +1,42 @@
+// Scalar reference kernels: the definition every faster version is tested against. They follow
+// ggml's reference code (ggml-quants.c / ggml-cpu quants.c) in block layout and rounding.
+#pragma once
+#include "../blocks.h"
+
+namespace mb {
+namespace kq {
+namespace ref {
+
+// y[k] from one row of blocks of the given type (k a multiple of the block size).
+void dequantize(GgmlType t, const void* x, float* y, int64_t k);
+
+// Activation quantizers. q8_0/q8_1: d = amax/127, q = roundf(x/d). q8_K: d = max/-127 with the
+// signed extreme, q = nearest-even(x/d) clamped to 127, bsums over groups of 16.
+void quantize_q8_0(const float* x, void* y, int64_t k);
+void quantize_q8_1(const float* x, void* y, int64_t k);
+void quantize_q8_K(const float* x, void* y, int64_t k);
+void to_f16(const float* x, void* y, int64_t k);
+void to_bf16(const float* x, void* y, int64_t k);
+
+// Weight row · partner activation row (see vec_dot_type()).
+float dot_f32(int64_t k, const void* w, const void* x);
+float dot_f16(int64_t k, const void* w, const void* x);    // x is f16
+float dot_bf16(int64_t k, const void* w, const void* x);   // x is bf16
+float dot_q4_0(int64_t k, const void* w, const void* x);   // x is q8_0
+float dot_q4_1(int64_t k, const void* w, const void* x);   // x is q8_1
+float dot_q5_0(int64_t k, const void* w, const void* x);   // x is q8_0
+float dot_q5_1(int64_t k, const void* w, const void* x);   // x is q8_1
+float dot_q8_0(int64_t k, const void* w, const void* x);   // x is q8_0
+float dot_q4_K(int64_t k, const void* w, const void* x);   // x is q8_K
+float dot_q5_K(int64_t k, const void* w, const void* x);   // x is q8_K
+float dot_q6_K(int64_t k, const void* w, const void* x);   // x is q8_K
+
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox);
+void silu_mul(float* gate, const float* up, int n);
+void softmax(float* x, int n);
+void add(float* out, const float* a, int n);
+
+}  // namespace ref
+}  // namespace kq
+}  // namespace mb

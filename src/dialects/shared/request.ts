@@ -1,0 +1,110 @@
+// Request fields that every generating route shares (sampling, budget, stop), read with the
+// spec's defaults and ranges. Neutral: each dialect passes its own budget field names, and the
+// helpers never know which wire they serve.
+import type { SamplingParams } from "../../engine/types.js";
+import { badField, unsupported } from "../../errors.js";
+
+export interface CommonFields {
+  sampling: SamplingParams;
+  max_tokens: number | null;
+  stop: string[];
+}
+
+type Body = Record<string, unknown>;
+
+function isSet(v: unknown): boolean {
+  return v !== undefined && v !== null;
+}
+
+function num(body: Body, field: string, dflt: number, ok: (v: number) => boolean, range: string): number {
+  const v = body[field];
+  if (!isSet(v)) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || !ok(v)) throw badField(field, `must be ${range}`);
+  return v;
+}
+
+/** Spec defaults: greedy, every filter and penalty off, random seed. */
+export function samplingParams(body: Body): SamplingParams {
+  const sampling: SamplingParams = {
+    temperature: num(body, "temperature", 0, (v) => v >= 0 && v <= 4, "between 0 and 4"),
+    top_p: num(body, "top_p", 1, (v) => v > 0 && v <= 1, "in (0, 1]"),
+    top_k: num(body, "top_k", 0, (v) => Number.isInteger(v) && v >= 0, "an integer >= 0"),
+    min_p: num(body, "min_p", 0, (v) => v >= 0 && v < 1, "in [0, 1)"),
+    repetition_penalty: num(body, "repetition_penalty", 1, (v) => v > 0, "> 0"),
+    frequency_penalty: num(body, "frequency_penalty", 0, (v) => v >= -2 && v <= 2, "between -2 and 2"),
+    presence_penalty: num(body, "presence_penalty", 0, (v) => v >= -2 && v <= 2, "between -2 and 2"),
+  };
+  if (isSet(body.seed)) {
+    if (typeof body.seed !== "number" || !Number.isSafeInteger(body.seed)) throw badField("seed", "must be an integer");
+    sampling.seed = body.seed;
+  }
+  return sampling;
+}
+
+/**
+ * Token budget. `fields` is in precedence order (the first one set wins), e.g.
+ * ["max_completion_tokens", "max_tokens"] for the OpenAI routes; null = up to the context end.
+ */
+export function maxTokens(body: Body, fields: string[]): number | null {
+  for (const field of fields) {
+    const v = body[field];
+    if (!isSet(v)) continue;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) throw badField(field, "must be an integer >= 1");
+    return v;
+  }
+  return null;
+}
+
+/** `stop` (string or list) wins; `stop_sequences` is used only when `stop` is absent. */
+export function stopStrings(body: Body): string[] {
+  const field = isSet(body.stop) ? "stop" : "stop_sequences";
+  const raw = body[field];
+  if (!isSet(raw)) return [];
+  const list = typeof raw === "string" ? [raw] : raw;
+  if (!Array.isArray(list)) throw badField(field, "must be a string or a list of strings");
+  list.forEach((s, i) => {
+    if (typeof s !== "string" || s === "") throw badField(`${field}[${i}]`, "must be a non-empty string");
+  });
+  return [...new Set(list as string[])];
+}
+
+/** Fields the spec lists as "not supported": any truthy value is refused, false/null/absent pass. */
+export function rejectSet(body: Body, fields: string[], why: string): void {
+  for (const field of fields) {
+    const v = body[field];
+    if (isSet(v) && v !== false) throw unsupported(field, why);
+  }
+}
+
+/** `n` exists for compatibility only: one choice per request. */
+export function requireSingleChoice(body: Body): void {
+  if (isSet(body.n) && body.n !== 1) throw badField("n", "must be 1");
+}
+
+/**
+ * Everything above in one call, as every generating route needs it. `budget_fields` in
+ * precedence order.
+ */
+export function commonGenerationFields(body: Body, budget_fields: string[] = ["max_completion_tokens", "max_tokens"]): CommonFields {
+  rejectSet(body, ["logprobs", "top_logprobs"], "log probabilities");
+  requireSingleChoice(body);
+  return { sampling: samplingParams(body), max_tokens: maxTokens(body, budget_fields), stop: stopStrings(body) };
+}
+
+/** `chat_template_kwargs.enable_thinking` and the top-level shorthand; the top-level one wins. */
+export function enableThinking(body: Body): boolean | undefined {
+  const top = body.enable_thinking;
+  if (isSet(top)) {
+    if (typeof top !== "boolean") throw badField("enable_thinking", "must be a boolean");
+    return top;
+  }
+  const kwargs = body.chat_template_kwargs;
+  if (isSet(kwargs) && typeof kwargs === "object") {
+    const v = (kwargs as Body).enable_thinking;
+    if (isSet(v)) {
+      if (typeof v !== "boolean") throw badField("chat_template_kwargs.enable_thinking", "must be a boolean");
+      return v;
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,117 @@
+// Loads the mashbox_native addon (native/build/binding/mashbox_native.node, built by
+// `npm run build:native`). MASHBOX_NATIVE_ADDON overrides the path (packaged installs).
+import { createRequire } from "node:module";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { dirname, resolve } from "node:path";
+
+export interface NativeLoadOptions {
+  model_path: string;
+  n_ctx: number;
+  n_slots: number;
+  n_threads: number;
+  max_batch?: number;
+}
+
+export interface NativeModelInfo {
+  architecture: string;
+  n_ctx_train: number;
+  n_vocab: number;
+  n_ctx: number;
+  slots: number;
+  n_layer: number;
+  n_embd: number;
+  chat_template: string | null;
+  bos_token: string | null;
+  eos_token: string | null;
+  add_bos: boolean;
+  file_bytes: number;
+  n_params: number;
+  bpw: number;
+  kv_bytes: number;
+}
+
+export interface NativeSampling {
+  temperature: number;
+  top_k: number;
+  top_p: number;
+  min_p: number;
+  repetition_penalty: number;
+  frequency_penalty: number;
+  presence_penalty: number;
+  penalty_last_n?: number;
+  seed?: number;
+}
+
+export interface NativeRequest {
+  id: number;
+  prompt: number[] | Int32Array;
+  max_tokens: number; // -1 = until the end of the context
+  sampling: NativeSampling;
+  /** Test-only: emit these ids instead of sampling. */
+  script?: number[] | Int32Array;
+}
+
+export type NativeEvent =
+  | { type: "start"; id: number; prompt_tokens: number; cached_tokens: number; queue_ms: number }
+  | { type: "token"; id: number; token: number; text: string }
+  | {
+      type: "done";
+      id: number;
+      finish: "stop" | "length" | "cancelled";
+      text: string;
+      prompt_tokens: number;
+      cached_tokens: number;
+      completion_tokens: number;
+      queue_ms: number;
+      prompt_ms: number;
+      predicted_ms: number;
+    }
+  | { type: "error"; id: number; message: string };
+
+export interface NativeStats {
+  slots_total: number;
+  slots_in_use: number;
+  waiting: number;
+  kv_tokens_used: number;
+  kv_tokens_total: number;
+  prefix_lookups: number;
+  prefix_hit_tokens: number;
+  prefix_lookup_tokens: number;
+  steps: number;
+}
+
+export interface NativeEngine {
+  /** Resolves once the weights are loaded and the scheduler thread runs. */
+  load(opts: NativeLoadOptions, on_events: (evs: NativeEvent[]) => void): Promise<NativeModelInfo>;
+  info(): NativeModelInfo;
+  tokenize(text: string, add_special: boolean, parse_special: boolean): Int32Array;
+  detokenize(ids: number[] | Int32Array, render_special?: boolean): string;
+  submit(req: NativeRequest): void;
+  cancel(id: number): void;
+  stats(): NativeStats;
+  /** Stops the scheduler and releases the event callback (lets the process exit). */
+  close(): void;
+}
+
+export interface NativeAddon {
+  Engine: new () => NativeEngine;
+}
+
+export function addonPath(): string {
+  if (process.env.MASHBOX_NATIVE_ADDON) return process.env.MASHBOX_NATIVE_ADDON;
+  // src/engine/ or dist/src/engine/ -> repository root
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    const p = resolve(dir, "native/build/binding/mashbox_native.node");
+    if (existsSync(p)) return p;
+    dir = dirname(dir);
+  }
+  return resolve(dirname(fileURLToPath(import.meta.url)), "../../native/build/binding/mashbox_native.node");
+}
+
+export function loadAddon(): NativeAddon {
+  const p = addonPath();
+  if (!existsSync(p)) throw new Error(`native addon not found at ${p}; run \`npm run build:native\``);
+  return createRequire(import.meta.url)(p) as NativeAddon;
+}

