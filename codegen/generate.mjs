@@ -32,7 +32,7 @@ function operationsOf(doc) {
         path,
         dialect: dialectOf(path),
         request_schema: schemaRef ? schemaRef.replace("#/components/schemas/", "") : null,
-        streams: Object.values(op.responses?.["200"]?.content ?? {}).some((c) => c["x-sse-event-schema"] !== undefined),
+        sse_schema: (op.responses?.["200"]?.content?.["text/event-stream"]?.["x-sse-event-schema"] ?? "").replace("#/components/schemas/", "") || null,
       });
     }
   }
@@ -47,9 +47,10 @@ function operationsTs(doc) {
   const q = (s) => JSON.stringify(s);
   const rows = ops.map(
     (o) =>
-      `  ${o.operationId}: { method: ${q(o.method)}, path: ${q(o.path)}, dialect: ${q(o.dialect)}, request_schema: ${o.request_schema ? q(o.request_schema) : "null"}, streams: ${o.streams} },`,
+      `  ${o.operationId}: { method: ${q(o.method)}, path: ${q(o.path)}, dialect: ${q(o.dialect)}, request_schema: ${o.request_schema ? q(o.request_schema) : "null"}, sse_schema: ${o.sse_schema ? q(o.sse_schema) : "null"} },`,
   );
   const bodies = ops.map((o) => `  ${o.operationId}: ${o.request_schema ? `components["schemas"][${q(o.request_schema)}]` : "undefined"};`);
+  const payloads = ops.map((o) => `  ${o.operationId}: ${o.sse_schema ? `components["schemas"][${q(o.sse_schema)}]` : "never"};`);
   return `${HEADER}import type { components } from "./types.js";
 
 export type Dialect = "openai" | "anthropic";
@@ -62,8 +63,8 @@ export interface OperationInfo {
   dialect: Dialect;
   /** components.schemas name of the JSON request body, null when the operation takes none. */
   request_schema: string | null;
-  /** Whether the 200 answer can be text/event-stream. */
-  streams: boolean;
+  /** components.schemas name of one SSE data: payload, null when the operation does not stream. */
+  sse_schema: string | null;
 }
 
 export const operations = {
@@ -80,6 +81,13 @@ ${bodies.join("\n")}
 }
 
 export type RequestBody<Op extends OperationId> = OperationRequestBodies[Op];
+
+/** The type of one SSE data: payload of each operation (never for those that do not stream). */
+export interface OperationSsePayloads {
+${payloads.join("\n")}
+}
+
+export type SsePayload<Op extends OperationId> = OperationSsePayloads[Op];
 `;
 }
 

@@ -21,7 +21,13 @@ const SAMPLING_FIELDS = {
   top_p: nullable({ type: "number", exclusiveMinimum: 0, maximum: 1, default: 1, description: "Nucleus sampling, in (0, 1]." }),
   top_k: nullable({ type: "integer", minimum: 0, default: 0, description: "Keep the k most likely tokens; 0 = off." }),
   min_p: nullable({ type: "number", minimum: 0, exclusiveMaximum: 1, default: 0, description: "Drop tokens below min_p times the top probability, in [0, 1)." }),
-  seed: nullable({ type: "integer", description: "Sampling seed; a random one when absent." }),
+  seed: nullable({
+    type: "integer",
+    // JSON numbers beyond 2^53 are not exact integers once parsed, so they cannot name a seed.
+    minimum: -Number.MAX_SAFE_INTEGER,
+    maximum: Number.MAX_SAFE_INTEGER,
+    description: "Sampling seed; a random one when absent.",
+  }),
   stop: {
     description: "A string or a list of non-empty strings; the text ends before the first one.",
     oneOf: [
@@ -61,18 +67,38 @@ const MERGE = nullable({
 });
 const STORE = nullable({ type: "boolean", description: "Accepted and ignored." });
 
-const OPENAI_TOOL_CHOICE = {
+const CHAT_TOOL_CHOICE = {
   description: "auto (default), none, required, or {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+  oneOf: [
+    { type: "string", enum: ["auto", "none", "required"] },
+    {
+      type: "object",
+      required: ["type", "function"],
+      properties: {
+        type: { type: "string", const: "function" },
+        function: { type: "object", required: ["name"], properties: { name: { type: "string" } } },
+      },
+    },
+    { type: "null" },
+  ],
+};
+
+const RESPONSES_TOOL_CHOICE = {
+  description: "auto (default), none, required, or a function / custom tool: {\"type\": \"function\", \"name\": ...}.",
   oneOf: [
     { type: "string", enum: ["auto", "none", "required"] },
     {
       type: "object",
       required: ["type"],
       properties: {
-        type: { type: "string" },
+        type: { type: "string", enum: ["function", "custom"] },
         name: { type: "string" },
         function: { type: "object", required: ["name"], properties: { name: { type: "string" } } },
       },
+      anyOf: [
+        { required: ["name"], properties: { name: { type: "string" } } },
+        { required: ["function"], properties: { function: { type: "object" } } },
+      ],
     },
     { type: "null" },
   ],
@@ -99,16 +125,17 @@ const ANTHROPIC_THINKING = {
   },
 };
 
-// Media parts the text-only model refuses, per dialect.
-const CHAT_MEDIA_PARTS = ["image_url", "input_audio", "file"];
-const RESPONSES_MEDIA_PARTS = ["input_image", "input_file", "input_audio"];
-const ANTHROPIC_MEDIA_BLOCKS = ["image", "document"];
+// The part / block types each dialect reads. An allow-list refuses the media types (image, audio,
+// file, document: the model reads text only) and everything else, naming the field.
+const CHAT_PART_TYPES = ["text", "input_text"];
+const RESPONSES_PART_TYPES = ["input_text", "output_text", "text", "reasoning_text", "summary_text", "refusal"];
+const ANTHROPIC_BLOCK_TYPES = ["text", "thinking", "redacted_thinking", "tool_use", "tool_result"];
 
-const textOnlyPart = (media, description) => ({
+const textOnlyPart = (types, description) => ({
   type: "object",
   description,
   required: ["type"],
-  properties: { type: { type: "string", not: { enum: media } }, text: { type: "string" } },
+  properties: { type: { type: "string", enum: types }, text: { type: "string" } },
 });
 
 // ---------------------------------------------------------------- component schemas
@@ -123,7 +150,8 @@ schemas.Error = {
   properties: {
     error: {
       type: "object",
-      required: ["message", "type"],
+      // param and code are always present (null when none): src/errors.ts renders every error.
+      required: ["message", "type", "param", "code"],
       properties: {
         message: { type: "string" },
         type: { type: "string", examples: ["invalid_request_error"] },
@@ -237,7 +265,7 @@ schemas.ChatMessage = {
       description: "Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
       oneOf: [
         { type: "string" },
-        { type: "array", items: textOnlyPart(CHAT_MEDIA_PARTS, "A content part; image_url, input_audio and file parts are refused.") },
+        { type: "array", items: { ...textOnlyPart(CHAT_PART_TYPES, "A text part; image_url, input_audio and file parts are refused."), required: ["type", "text"] } },
         { type: "null" },
       ],
     },
@@ -250,6 +278,8 @@ schemas.ChatMessage = {
     reasoning_content: { type: ["string", "null"], description: "assistant: its earlier thinking." },
     name: { type: "string", description: "Accepted and ignored." },
   },
+  if: { required: ["role"], properties: { role: { const: "tool" } } },
+  then: { required: ["tool_call_id"], properties: { tool_call_id: { type: "string" } } },
 };
 schemas.ChatUsage = {
   type: "object",
@@ -705,7 +735,7 @@ schemas.ChatCompletionRequest = {
     model: COMMON_FIELDS.model,
     messages: { type: "array", minItems: 1, items: ref("ChatMessage"), description: "The conversation." },
     tools: nullable({ type: "array", items: { type: "object" }, description: "Function tools the model may call." }),
-    tool_choice: OPENAI_TOOL_CHOICE,
+    tool_choice: CHAT_TOOL_CHOICE,
     stream: COMMON_FIELDS.stream,
     stream_options: nullable({ type: "object", description: "Fields: include_usage.", properties: { include_usage: { type: "boolean" } } }),
     chat_template_kwargs: nullable({ type: "object", description: "Chat template options. Fields: enable_thinking.", properties: { enable_thinking: { type: "boolean" } } }),
@@ -732,13 +762,14 @@ schemas.CompletionRequest = {
   properties: {
     model: COMMON_FIELDS.model,
     prompt: {
-      description: "The text to continue (a string, or a list of one string).",
-      oneOf: [{ type: "string" }, { type: "array", minItems: 1, maxItems: 1, items: { type: "string" } }],
+      description: "The text to continue (a string, or a list of one string); not empty.",
+      oneOf: [{ type: "string", minLength: 1 }, { type: "array", minItems: 1, maxItems: 1, items: { type: "string", minLength: 1 } }],
     },
     stream: COMMON_FIELDS.stream,
     merge: MERGE,
     prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
-    logprobs: { type: ["boolean", "null"], enum: [false, null], description: NOT_SUPPORTED_LOGPROBS },
+    // Completions' logprobs is a count: 0 asks for none, so only 0 (or null) passes.
+    logprobs: { type: ["integer", "null"], enum: [0, null], description: `${NOT_SUPPORTED_LOGPROBS} 0 (none) is accepted.` },
     max_tokens: MAX_TOKENS,
     max_completion_tokens: MAX_COMPLETION_TOKENS,
     ...SAMPLING_FIELDS,
@@ -755,7 +786,7 @@ const ANTHROPIC_MESSAGES = {
       role: { type: "string", enum: ["user", "assistant", "system"] },
       content: {
         description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
-        oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_MEDIA_BLOCKS, "A content block.") }],
+        oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_BLOCK_TYPES, "A content block; image and document blocks are refused.") }],
       },
     },
   },
@@ -817,13 +848,27 @@ schemas.ResponsesRequest = {
           type: "array",
           items: {
             type: "object",
+            // An item without type is a message (EasyInputMessage) and needs a role.
+            anyOf: [{ required: ["type"] }, { required: ["role"] }],
             properties: {
-              type: { type: "string" },
-              role: { type: "string" },
+              type: {
+                type: "string",
+                enum: [
+                  "message",
+                  "function_call",
+                  "function_call_output",
+                  "custom_tool_call",
+                  "custom_tool_call_output",
+                  "local_shell_call",
+                  "local_shell_call_output",
+                  "reasoning",
+                ],
+              },
+              role: { type: "string", enum: ["system", "developer", "user", "assistant"] },
               content: {
                 oneOf: [
                   { type: "string" },
-                  { type: "array", items: textOnlyPart(RESPONSES_MEDIA_PARTS, "A content part; input_image, input_file and input_audio parts are refused.") },
+                  { type: "array", items: textOnlyPart(RESPONSES_PART_TYPES, "A text part; input_image, input_file and input_audio parts are refused.") },
                   { type: "null" },
                 ],
               },
@@ -834,7 +879,7 @@ schemas.ResponsesRequest = {
     },
     instructions: { type: ["string", "null"], description: "System prompt." },
     tools: nullable({ type: "array", items: { type: "object" }, description: "function, custom and namespace tools." }),
-    tool_choice: OPENAI_TOOL_CHOICE,
+    tool_choice: RESPONSES_TOOL_CHOICE,
     parallel_tool_calls: nullable({ type: "boolean", default: false, description: "Echoed in the response." }),
     reasoning: nullable({ type: "object", description: "Fields: effort.", properties: { effort: { type: ["string", "null"] }, summary: { type: ["string", "null"] } } }),
     stream: COMMON_FIELDS.stream,
@@ -862,7 +907,7 @@ schemas.ResponsesRequest = {
 // ---------------------------------------------------------------- responses and headers
 
 const headers = {
-  RetryAfter: { description: "Seconds to wait before retrying.", schema: { type: "integer", minimum: 0 } },
+  RetryAfter: { description: "Seconds to wait before retrying.", required: true, schema: { type: "integer", minimum: 0 } },
   XShouldRetry: { description: "true while the server is not ready (loading or restarting its worker).", schema: { type: "string", enum: ["true", "false"] } },
   Allow: { description: "The methods this path answers.", schema: { type: "string" } },
 };
@@ -907,19 +952,41 @@ const responses = {
   },
 };
 
-/** text/event-stream content: 3.1 cannot type SSE items, so the payload schema is named beside it. */
-const sse = (component, description) => ({
-  "text/event-stream": {
-    // contentSchema is an annotation in JSON Schema 2020-12 (no validator applies it to the
-    // string), so it links the payload schema without claiming the SSE text itself is JSON.
-    schema: {
-      type: "string",
-      description: `${description} Each data: payload is a ${component} (components/schemas/${component}).`,
-      contentSchema: ref(component),
+/**
+ * text/event-stream content. OpenAPI 3.1 has no itemSchema (3.2 does), so `schema` describes one
+ * event the way 3.2's itemSchema would and tools reading 3.1 streams do (schemathesis among them):
+ * an object of the SSE fields whose `data` is a JSON-encoded payload, typed by contentSchema. The
+ * payload component is also named in x-sse-event-schema for the server's own validator.
+ * `done`: data-only OpenAI streams end with the literal data: [DONE], which is not JSON.
+ */
+const sse = (component, description, { done = false } = {}) => {
+  const payload = {
+    type: "string",
+    contentMediaType: "application/json",
+    contentSchema: ref(component),
+    description: `A JSON-encoded ${component}.`,
+  };
+  const fields = {
+    event: { type: "string", description: done ? "Not sent (data-only stream)." : "The payload's type." },
+    id: { type: "string" },
+    retry: { type: "integer" },
+  };
+  const event = done
+    ? {
+        type: "object",
+        required: ["data"],
+        properties: { ...fields, data: { type: "string", description: `A JSON-encoded ${component}, or [DONE] at the end.` } },
+        if: { properties: { data: { const: "[DONE]" } } },
+        else: { properties: { data: payload } },
+      }
+    : { type: "object", required: ["event", "data"], properties: { ...fields, data: payload } };
+  return {
+    "text/event-stream": {
+      schema: { ...event, description: `${description} Each event (this schema) carries a ${component} as data.` },
+      "x-sse-event-schema": `#/components/schemas/${component}`,
     },
-    "x-sse-event-schema": `#/components/schemas/${component}`,
-  },
-});
+  };
+};
 
 const OPTIONAL_KEY = [{}, { bearer: [] }, { api_key: [] }];
 
@@ -1041,7 +1108,7 @@ const paths = {
       }),
       responses: openaiGenerationResponses({
         ...json(ref("ChatCompletion")),
-        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or a StreamError after a failure), then data: [DONE]."),
+        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or a StreamError after a failure), then data: [DONE].", { done: true }),
       }),
     },
   },
@@ -1058,7 +1125,7 @@ const paths = {
       }),
       responses: openaiGenerationResponses({
         ...json(ref("Completion")),
-        ...sse("CompletionStreamPayload", "Server-sent events: data: lines, each a Completion without usage (or a StreamError after a failure), then data: [DONE]."),
+        ...sse("CompletionStreamPayload", "Server-sent events: data: lines, each a Completion without usage (or a StreamError after a failure), then data: [DONE].", { done: true }),
       }),
     },
   },

@@ -142,7 +142,9 @@ def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, bias
     def norm(name, n):
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
-    add("token_embd.weight", (n_vocab, D), etype, 0.5)
+    # Embeddings as small as the other weights: with tied output a large embedding dominates the
+    # residual stream and every model just repeats its last input token, which tests nothing.
+    add("token_embd.weight", (n_vocab, D), etype)
     for i in range(L):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", D)

@@ -60,6 +60,11 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
       o.Set("type", "token");
       o.Set("token", e.token);
       o.Set("text", e.text);
+      if (e.first) {
+        o.Set("first", true);
+        o.Set("queue_ms", e.queue_ms);
+        o.Set("prompt_ms", e.prompt_ms);
+      }
       break;
     case mb::EngineEvent::Done:
       o.Set("type", "done");

@@ -23,6 +23,9 @@ struct Scheduler::Seq {
   bool done = false;
 };
 
+// Below this many extra tokens a prefix copy from a running slot is not worth its memory traffic.
+static constexpr size_t kMinCopyTokens = 16;
+
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -164,12 +167,31 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
         best_lcp = l;
       }
     }
+    // A slot still running may hold a longer shared prefix (concurrent chats with one system
+    // prompt): copying its K/V is far cheaper than prefilling the same tokens again.
+    int donor = -1;
+    size_t donor_lcp = best_lcp;
+    for (int i = 0; i < opts_.n_slots; i++) {
+      if (!slots_[i].seq) continue;
+      const auto& c = slots_[i].cached;
+      size_t n = std::min(c.size(), prompt.size()), l = 0;
+      while (l < n && c[l] == prompt[l]) l++;
+      if (l > donor_lcp) { donor = i; donor_lcp = l; }
+    }
     // The last prompt token is always evaluated again: its logits are the first sample.
-    const size_t reuse = std::min(best_lcp, prompt.size() - 1);
     Slot& sl = slots_[best];
-    if (sl.cached.size() > reuse) {
-      model_->kv_truncate(best, int(reuse));
-      sl.cached.resize(reuse);
+    size_t reuse;
+    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens) {
+      reuse = std::min(donor_lcp, prompt.size() - 1);
+      model_->kv_truncate(best, 0);
+      model_->kv_copy(donor, best, int(reuse));
+      sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
+    } else {
+      reuse = std::min(best_lcp, prompt.size() - 1);
+      if (sl.cached.size() > reuse) {
+        model_->kv_truncate(best, int(reuse));
+        sl.cached.resize(reuse);
+      }
     }
     prefix_lookups_++;
     prefix_lookup_tokens_ += int64_t(prompt.size());
@@ -299,6 +321,11 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     ev.id = s.req.id;
     ev.token = tok;
     ev.text = s.utf8.push(tok_->piece(tok, false));
+    if (s.n_gen == 1) {
+      ev.first = true;
+      ev.queue_ms = ms_between(s.t_submit, s.t_admit);
+      ev.prompt_ms = ms_between(s.t_admit, s.t_first);
+    }
     out.push_back(std::move(ev));
     if (s.req.scripted && s.script_pos >= s.req.script.size()) finish(s, "stop", out);
     else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);

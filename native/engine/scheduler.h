@@ -39,6 +39,7 @@ struct EngineEvent {
   // Token
   int32_t token = -1;
   std::string text;                // Token: complete UTF-8 only; Done: the flushed remainder
+  bool first = false;              // Token: the first generated token (prefill done; prompt_ms set)
   // Start / Done
   int prompt_tokens = 0;
   int cached_tokens = 0;
@@ -46,7 +47,7 @@ struct EngineEvent {
   // Done
   std::string finish;              // "stop" | "length" | "cancelled"
   int completion_tokens = 0;
-  double prompt_ms = 0;            // slot assignment -> first token sampled (prefill done)
+  double prompt_ms = 0;            // slot assignment -> first token sampled (Done; first Token)
   double predicted_ms = 0;         // first token -> last token
   // Error
   std::string message;

@@ -43,11 +43,13 @@ static_assert(sizeof(block_q5_K) == 176, "q5_K");
 static_assert(sizeof(block_q6_K) == 210, "q6_K");
 static_assert(sizeof(block_q8_K) == 292, "q8_K");
 
-inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t f32_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+// Helpers here are static inline: an out-of-line copy emitted by the AVX2-compiled file must never
+// be the one the scalar files link to (that would run AVX2 code on a CPU without it).
+static inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // Exact binary16 -> binary32 (subnormals, inf, nan included).
-inline float h2f(half h) {
+static inline float h2f(half h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   if (exp == 0) {
@@ -61,7 +63,7 @@ inline float h2f(half h) {
 }
 
 // binary32 -> binary16 with round-to-nearest-even, same result as F16C's vcvtps2ph (imm 0).
-inline half f2h(float f) {
+static inline half f2h(float f) {
   uint32_t x = f32_to_bits(f);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t ax = x & 0x7fffffffu;
@@ -81,16 +83,16 @@ inline half f2h(float f) {
   return (half)(sign | (((ax >> 13) - (112u << 10)) & 0x7fff));
 }
 
-inline float bf2f(bf16 h) { return bits_to_f32((uint32_t)h << 16); }
+static inline float bf2f(bf16 h) { return bits_to_f32((uint32_t)h << 16); }
 // Round-to-nearest-even; NaN stays a quiet NaN (ggml does the same).
-inline bf16 f2bf(float f) {
+static inline bf16 f2bf(float f) {
   uint32_t u = f32_to_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 64);
   return (bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
 }
 
 // Q4_K / Q5_K pack eight 6-bit (scale, min) pairs into 12 bytes.
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+static inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -132,7 +134,8 @@ struct KernelTable {
 };
 
 const KernelTable& ref_table();
-const KernelTable* avx2_table();    // nullptr if not compiled in
+const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
+const KernelTable* avx2_table_unchecked();  // avx2/ only; call after the CPU check
 const KernelTable& active_table();  // the one dispatch.cpp picked
 // The GEMM driver with an explicit table (tests and bench compare tables through it).
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool);

@@ -18,19 +18,26 @@ static bool cpu_has_avx2_fma_f16c() {
 #endif
 }
 
+const KernelTable* avx2_table() {
+  // check first: even building the AVX2 table runs code compiled for AVX2
+  if (!cpu_has_avx2_fma_f16c()) return nullptr;
+  return avx2_table_unchecked();
+}
+
 const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
     // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference).
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
-    const KernelTable* a = avx2_table();
-    if (a && cpu_has_avx2_fma_f16c()) return a;
+    if (const KernelTable* a = avx2_table()) return a;
     return &ref_table();
   }();
   return *chosen;
 }
 
 }  // namespace kq
+
+const char* kernels_backend() { return kq::active_table().name; }
 
 void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool) {
   kq::matmul_with(kq::active_table(), W, x, y, T, pool);

@@ -14,6 +14,8 @@ namespace kq {
 namespace {
 constexpr int kRowTile = 4;   // weight rows per strip (matches TileFn's nr <= 4)
 constexpr int kTokTile = 4;   // tokens per tile call (TileFn's nt <= 4)
+constexpr size_t kTokBlockBytes = 8 * 1024;  // activation bytes per token block (measured: 8 KB beat 24 and 96)
+constexpr size_t kL2Budget = 1 << 20;        // weight bytes per thread assumed to stay in L2
 constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
 }  // namespace
 
@@ -47,6 +49,8 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   }
 
   const DotFn dot = kt.dot[slot];
+  // With T = 1 the tile kernels run 4 rows x 1 token: four independent accumulator chains, no
+  // token loop, and results identical to the row dot.
   const TileFn tile = kt.tile[slot];
   auto work = [&](int ith, int n) {
     // contiguous, strip-aligned share of N per thread
@@ -54,20 +58,28 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     const int64_t per = (strips + n - 1) / n;
     const int64_t r0 = std::min(N, ith * per * kRowTile);
     const int64_t r1 = std::min(N, (ith + 1) * per * kRowTile);
-    if (T == 1 || !tile) {
-      // decode: plain row dots, no tiling overhead; for T > 1 each row stays in L1 across tokens
+    if (!tile) {
+      // types without a tiled kernel: row dots; each row stays in L1 across the T tokens
       for (int64_t r = r0; r < r1; r++) {
         const uint8_t* wr = W.data + (size_t)r * wrb;
         for (int t = 0; t < T; t++) y[(size_t)t * N + r] = dot(K, wr, xq + (size_t)t * xrb);
       }
       return;
     }
-    for (int64_t r = r0; r < r1; r += kRowTile) {
-      const int nr = (int)std::min<int64_t>(kRowTile, r1 - r);
-      const uint8_t* wr = W.data + (size_t)r * wrb;
-      for (int t = 0; t < T; t += kTokTile) {
-        const int nt = std::min(kTokTile, T - t);
-        tile(K, wr, wrb, nr, xq + (size_t)t * xrb, xrb, nt, y + (size_t)t * N + r, (size_t)N);
+    // Token blocks sized to stay in L1 while every strip of this thread's rows passes over them;
+    // the strips then come from L2 once per token block. If this thread's rows do not fit in L2
+    // (the output matrix), one block of all T tokens keeps the weights to one pass from memory.
+    const bool rows_fit_l2 = (size_t)(r1 - r0) * wrb <= kL2Budget;
+    const int tb = rows_fit_l2 ? std::max(kTokTile, (int)(kTokBlockBytes / xrb) / kTokTile * kTokTile) : T;
+    for (int t0 = 0; t0 < T; t0 += tb) {
+      const int t1 = std::min(T, t0 + tb);
+      for (int64_t r = r0; r < r1; r += kRowTile) {
+        const int nr = (int)std::min<int64_t>(kRowTile, r1 - r);
+        const uint8_t* wr = W.data + (size_t)r * wrb;
+        for (int t = t0; t < t1; t += kTokTile) {
+          const int nt = std::min(kTokTile, t1 - t);
+          tile(K, wr, wrb, nr, xq + (size_t)t * xrb, xrb, nt, y + (size_t)t * N + r, (size_t)N);
+        }
       }
     }
   };

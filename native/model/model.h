@@ -47,8 +47,11 @@ struct Batch {
 
 class Model {
  public:
-  // Loads weights (no copy where the mmap layout is usable), allocates S*C KV cache.
-  static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool);
+  // Loads weights (no copy where the mmap layout is usable), allocates S*C KV cache and scratch
+  // for max_batch tokens per internal step (forward() splits larger batches, in order).
+  // Throws std::runtime_error naming the unsupported architecture / tensor type / missing tensor.
+  static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
+                                     int max_batch = 512);
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   // Runs the batch, writes K/V for every token into its slot, and writes logits for each

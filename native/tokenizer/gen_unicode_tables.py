@@ -2,12 +2,21 @@
 """Generate unicode_tables.cpp: codepoint -> category ranges, from Python's unicodedata.
 
 The pre-tokenizer regexes only need the top-level general category (L, N, M, P, S, Z, C, and Cn
-as "undefined") plus the White_Space property, so the table is a sorted list of
-[start, category) runs. Rerun after a Python upgrade to pick up a newer Unicode version:
-    python3 native/tokenizer/gen_unicode_tables.py > native/tokenizer/unicode_tables.cpp
+as "undefined"); White_Space is a short fixed list in unicode.cpp. The table is a sorted list
+of [start, category) runs.
+
+The Unicode version must be the one llama.cpp's own tables were built from, or codepoints
+assigned in between (thousands of CJK letters, for one) split differently from the reference.
+That is 15.1, which is what Python 3.13's unicodedata carries:
+    python3.13 native/tokenizer/gen_unicode_tables.py > native/tokenizer/unicode_tables.cpp
 """
 import sys
 import unicodedata
+
+WANT = "15.1.0"
+if unicodedata.unidata_version != WANT and "--any-version" not in sys.argv:
+    sys.exit("unicodedata is %s, llama.cpp uses %s: run with python3.13 (or pass --any-version)"
+             % (unicodedata.unidata_version, WANT))
 
 # Must match enum CptCat in unicode.h.
 CAT = {"Cn": 0, "N": 1, "L": 2, "Z": 3, "M": 4, "P": 5, "S": 6, "C": 7}

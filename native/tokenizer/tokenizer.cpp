@@ -5,6 +5,7 @@
 #include "tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <queue>
 #include <unordered_map>
@@ -19,8 +20,11 @@ namespace {
 // llama.cpp token attributes (derived from tokenizer.ggml.token_type).
 enum Attr : uint32_t {
   kAttrUnknown = 1u << 0, kAttrUnused = 1u << 1, kAttrNormal = 1u << 2, kAttrControl = 1u << 3,
-  kAttrUserDefined = 1u << 4, kAttrByte = 1u << 5,
+  kAttrUserDefined = 1u << 4, kAttrByte = 1u << 5, kAttrLstrip = 1u << 7, kAttrRstrip = 1u << 8,
 };
+
+// isspace() in the C locale, which is what llama.cpp strips around special tokens.
+inline bool c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 uint32_t attr_from_type(int64_t t) {
   switch (t) {
@@ -210,6 +214,17 @@ VocabTokenizer::VocabTokenizer(const GgufFile& f) {
   std::stable_sort(special_.begin(), special_.end(),
                    [&](int32_t a, int32_t b) { return text_[a].size() > text_[b].size(); });
 
+  // Per-token strip flags are not in GGUF; llama.cpp sets them by model name. Phi-3's special
+  // tokens swallow the whitespace after them (except these three).
+  std::string name = f.get_str("general.name", "");
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    for (int32_t id : special_) attr_[static_cast<size_t>(id)] |= kAttrRstrip;
+    if (int32_t id = lookup("</s>"); id >= 0) attr_[static_cast<size_t>(id)] |= kAttrRstrip;
+    for (const char* t : {"<unk>", "<s>", "<|endoftext|>"})
+      if (int32_t id = lookup(t); id >= 0) attr_[static_cast<size_t>(id)] &= ~kAttrRstrip;
+  }
+
   if (kind_ == Kind::kBpe) {
     // GPT-2 byte map: printable Latin-1 bytes stand for themselves, the rest are shifted to 256+.
     int next = 0;
@@ -299,6 +314,7 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
   for (int32_t id : special_) {
     if (!parse_special && (attr_[static_cast<size_t>(id)] & (kAttrControl | kAttrUnknown))) continue;
     const std::string& st = text_[static_cast<size_t>(id)];
+    const uint32_t a = attr_[static_cast<size_t>(id)];
     // Cheap reject before rebuilding the fragment list.
     if (text.find(st) == std::string_view::npos) continue;
     next.clear();
@@ -308,9 +324,16 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
       while (base < end) {
         size_t m = text.substr(0, end).find(st, base);
         if (m == std::string_view::npos) break;
-        if (m > base) next.push_back({-1, base, m - base});
+        if (m > base) {
+          size_t left = m - base;
+          if (a & kAttrLstrip)
+            while (left > 0 && c_space(text[base + left - 1])) --left;
+          if (left > 0) next.push_back({-1, base, left});
+        }
         next.push_back({id, 0, 0});
         base = m + st.size();
+        if (a & kAttrRstrip)
+          while (base < end && c_space(text[base])) ++base;
       }
       if (base < end) next.push_back({-1, base, end - base});
     }

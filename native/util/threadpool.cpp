@@ -4,6 +4,7 @@
 #include "threadpool.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -20,9 +21,29 @@
 namespace mb {
 
 namespace {
-// About 50-100 us of spinning (pause is ~40-140 cycles): long enough to bridge the gap between
-// the matmuls of one token, short enough not to burn a shared core between requests.
-constexpr int kSpinIters = 20000;
+// Spin for ~100 us (measured on the clock, since pause costs 10-140 cycles depending on the
+// CPU): long enough to bridge the single-threaded gaps between the matmuls of one token (norms,
+// rope, attention), short enough not to burn a core between tokens or requests.
+constexpr auto kSpinTime = std::chrono::microseconds(100);
+constexpr int kClockEvery = 32;  // pauses between clock reads
+constexpr int kPureSpinBatches = 8;
+
+// Waits until pred() holds or the spin time is over; returns pred().
+template <typename Pred>
+bool spin_until(Pred pred) {
+  if (pred()) return true;
+  const auto end = std::chrono::steady_clock::now() + kSpinTime;
+  for (int batch = 0;; batch++) {
+    for (int i = 0; i < kClockEvery; i++) {
+      MB_CPU_RELAX();
+      if (pred()) return true;
+    }
+    if (std::chrono::steady_clock::now() >= end) return pred();
+    // after a short pure spin (~5-10 us, the common wait), let another runnable thread have the
+    // core when there are more threads than cores: the thread being waited for may be one of them
+    if (batch >= kPureSpinBatches) std::this_thread::yield();
+  }
+}
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -41,11 +62,8 @@ struct ThreadPool::Impl {
   void worker(int ith) {
     uint64_t seen = 0;
     for (;;) {
-      uint64_t g = generation.load(std::memory_order_acquire);
-      for (int i = 0; g == seen && i < kSpinIters; i++) {
-        MB_CPU_RELAX();
-        g = generation.load(std::memory_order_acquire);
-      }
+      uint64_t g = seen;
+      spin_until([&] { return (g = generation.load(std::memory_order_acquire)) != seen; });
       if (g == seen) {
         // seq_cst pairing with run(): either run() sees sleepers > 0 and notifies under the
         // mutex, or this thread sees the new generation before waiting.
@@ -107,10 +125,9 @@ void ThreadPool::run(const std::function<void(int ith, int nth)>& fn) {
   }
   // The caller's own share usually ends last, so this wait is short; yield after a while in
   // case a worker was descheduled (the machine may be oversubscribed).
-  for (int i = 0; p.pending.load(std::memory_order_acquire) != 0; i++) {
-    if (i < kSpinIters) MB_CPU_RELAX();
-    else std::this_thread::yield();
-  }
+  auto done = [&] { return p.pending.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done))
+    while (!done()) std::this_thread::yield();
   if (mine) std::rethrow_exception(mine);
   if (p.error) {
     std::exception_ptr e = p.error;

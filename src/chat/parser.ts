@@ -72,6 +72,13 @@ class CallScanner {
   args_is_string = false;
   args_seen = false;
   args_complete = false;
+  /** Decoded "input" string of an object-valued arguments ({"input": "…"}, custom tools). */
+  input = "";
+
+  private inner_expect_key = false;
+  private inner_collect: "key" | "input" | null = null;
+  private inner_key = "";
+  private inner_keybuf = "";
 
   private key = "";
   private key_escape = false;
@@ -172,9 +179,12 @@ class CallScanner {
       return;
     }
     this.value_raw += c;
-    if (capture && !this.args_is_string) this.args += c;
+    if (capture && !this.args_is_string) {
+      this.args += c;
+      this.innerChar(c);
+    }
     if (this.in_string) {
-      if (capture && this.args_is_string && this.depth === 0) this.decodeStringChar(c);
+      if (capture && this.args_is_string && this.depth === 0) this.decodeStringChar(c, "args");
       if (this.escape) this.escape = false;
       else if (c === "\\") this.escape = true;
       else if (c === '"') {
@@ -191,18 +201,53 @@ class CallScanner {
     }
   }
 
-  /** Decodes a top-level string value as it streams, holding incomplete escapes. */
-  private decodeStringChar(c: string): void {
+  /**
+   * Follows the keys of an object-valued arguments (depth 1) to decode its "input" string as it
+   * streams. Runs before the generic string/depth tracking sees `c`.
+   */
+  private innerChar(c: string): void {
+    if (this.in_string) {
+      if (this.depth !== 1) return;
+      const closing = c === '"' && !this.escape;
+      if (this.inner_collect === "input") {
+        if (closing) this.inner_collect = null;
+        else this.decodeStringChar(c, "input");
+      } else if (this.inner_collect === "key") {
+        if (closing) {
+          this.inner_key = this.inner_keybuf;
+          this.inner_collect = null;
+        } else this.inner_keybuf += c;
+      }
+      return;
+    }
+    if (this.depth === 0 && c === "{") this.inner_expect_key = true;
+    else if (this.depth === 1) {
+      if (c === '"') {
+        if (this.inner_expect_key) {
+          this.inner_collect = "key";
+          this.inner_keybuf = "";
+        } else if (this.inner_key === "input" && this.input === "") this.inner_collect = "input";
+      } else if (c === ",") this.inner_expect_key = true;
+      else if (c === ":") this.inner_expect_key = false;
+    }
+  }
+
+  /** Decodes a string value as it streams, holding incomplete escapes. */
+  private decodeStringChar(c: string, target: "args" | "input"): void {
+    const put = (t: string) => {
+      if (target === "args") this.args += t;
+      else this.input += t;
+    };
     if (this.esc_buf !== "") {
       this.esc_buf += c;
       const e = this.esc_buf;
       if (e.length === 2 && e[1] !== "u") {
         const map: Record<string, string> = { n: "\n", t: "\t", r: "\r", b: "\b", f: "\f", '"': '"', "\\": "\\", "/": "/" };
-        this.args += map[e[1]] ?? e[1];
+        put(map[e[1]] ?? e[1]);
         this.esc_buf = "";
       } else if (e.length === 6) {
         const code = parseInt(e.slice(2), 16);
-        this.args += Number.isNaN(code) ? e : String.fromCharCode(code);
+        put(Number.isNaN(code) ? e : String.fromCharCode(code));
         this.esc_buf = "";
       }
       return;
@@ -212,7 +257,7 @@ class CallScanner {
       return;
     }
     if (c === '"' && !this.escape) return; // the closing quote
-    this.args += c;
+    put(c);
   }
 
   private endValue(): void {
@@ -401,13 +446,18 @@ export class OutputParser {
         ...(spec.namespace !== undefined ? { namespace: spec.namespace } : {}),
       });
     }
-    // Custom tools take raw text: an object-valued arguments ({"input": ...}) is unwrapped at the end.
     if (call.index === null || sc.state === Scan.Bad) return;
-    if (call.spec!.kind === "custom" && !sc.args_is_string) return;
-    if (sc.args.length > call.sent) {
-      out.push({ type: "tool_call_delta", index: call.index, arguments: sc.args.slice(call.sent) });
-      call.sent = sc.args.length;
+    const source = this.streamed(call);
+    if (source.length > call.sent) {
+      out.push({ type: "tool_call_delta", index: call.index, arguments: source.slice(call.sent) });
+      call.sent = source.length;
     }
+  }
+
+  /** What a call streams: its arguments, or for a custom tool the raw input inside {"input": …}. */
+  private streamed(call: OpenCall): string {
+    const sc = call.scanner;
+    return call.spec?.kind === "custom" && !sc.args_is_string ? sc.input : sc.args;
   }
 
   private closeCall(out: GenerationEvent[], closed: boolean): void {
@@ -440,7 +490,7 @@ export class OutputParser {
     let full: string;
     if (parsed === null) {
       // Started streaming, then the JSON broke (cut off at the end): keep what was streamed.
-      full = sc.args.slice(0, call.sent);
+      full = this.streamed(call).slice(0, call.sent);
     } else {
       const value = ["arguments", "parameters", "input"].map((k) => parsed![k]).find((v) => v !== undefined);
       if (kind === "custom") {
@@ -450,7 +500,7 @@ export class OutputParser {
       } else if (value === undefined) full = "{}";
       else full = sc.args_complete ? sc.args : typeof value === "string" ? value : JSON.stringify(value);
     }
-    const sentText = sc.args.slice(0, call.sent);
+    const sentText = this.streamed(call).slice(0, call.sent);
     if (full.startsWith(sentText) && full.length > sentText.length) {
       out.push({ type: "tool_call_delta", index, arguments: full.slice(sentText.length) });
     } else if (!full.startsWith(sentText)) {

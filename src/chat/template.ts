@@ -11,6 +11,11 @@ export type TemplateModel = Pick<ModelInfo, "chat_template" | "bos_token" | "eos
 export interface RenderOptions {
   /** Default true: end with the opening of the assistant turn. */
   add_generation_prompt?: boolean;
+  /**
+   * The tokenizer adds BOS itself (GGUF add_bos_token): a bos_token the template printed at the
+   * start is removed so the prompt does not begin with two (llama.cpp does the same).
+   */
+  add_bos?: boolean;
 }
 
 // Compiling a template costs ~ms; a server renders the same one for every request.
@@ -58,8 +63,12 @@ export function toolSignature(tool: ToolSpec): Record<string, unknown> {
   };
 }
 
-/** Arguments as a template expects them: an object when the text is a JSON object. */
-function argumentsValue(call: ChatToolCall): unknown {
+/**
+ * Arguments as a template expects them: an object when the text is a JSON object. A custom
+ * tool's raw input is replayed in the {"input": …} shape it was offered in.
+ */
+function argumentsValue(call: ChatToolCall, custom: ReadonlySet<string>): unknown {
+  if (custom.has(call.name)) return { input: call.arguments };
   try {
     const v = JSON.parse(call.arguments);
     if (v !== null && typeof v === "object" && !Array.isArray(v)) return v;
@@ -69,8 +78,8 @@ function argumentsValue(call: ChatToolCall): unknown {
   return call.arguments;
 }
 
-function hermesCall(call: ChatToolCall): string {
-  return `<tool_call>\n${JSON.stringify({ name: call.name, arguments: argumentsValue(call) })}\n</tool_call>`;
+function hermesCall(call: ChatToolCall, custom: ReadonlySet<string>): string {
+  return `<tool_call>\n${JSON.stringify({ name: call.name, arguments: argumentsValue(call, custom) })}\n</tool_call>`;
 }
 
 function hermesToolsBlock(tools: ToolSpec[]): string {
@@ -98,6 +107,10 @@ function choiceInstruction(chat: ChatPrompt): string | null {
 
 type TemplateMessage = Record<string, unknown>;
 
+function customNames(chat: ChatPrompt): Set<string> {
+  return new Set(chat.tools.filter((t) => t.kind === "custom").map((t) => t.name));
+}
+
 /** Messages for a template that renders tools and tool calls itself. */
 function nativeMessages(chat: ChatPrompt, tools: ToolSpec[], reasoning: boolean): TemplateMessage[] {
   const system = [...chat.system];
@@ -112,7 +125,7 @@ function nativeMessages(chat: ChatPrompt, tools: ToolSpec[], reasoning: boolean)
       const m: TemplateMessage = { role: "assistant", content: turn.content };
       if (reasoning && turn.thinking) m.reasoning_content = turn.thinking;
       if (turn.tool_calls && turn.tool_calls.length > 0) {
-        m.tool_calls = turn.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: argumentsValue(c) } }));
+        m.tool_calls = turn.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: argumentsValue(c, customNames(chat)) } }));
       }
       out.push(m);
     }
@@ -147,7 +160,7 @@ function hermesMessages(chat: ChatPrompt, tools: ToolSpec[], reasoning: boolean)
     flush();
     if (turn.role === "user") out.push({ role: "user", content: turn.content });
     else {
-      const calls = (turn.tool_calls ?? []).map(hermesCall);
+      const calls = (turn.tool_calls ?? []).map((c) => hermesCall(c, customNames(chat)));
       const content = [turn.content, ...calls].filter((s) => s !== "").join("\n");
       const m: TemplateMessage = { role: "assistant", content };
       if (reasoning && turn.thinking) m.reasoning_content = turn.thinking;
@@ -163,6 +176,16 @@ function chatml(messages: TemplateMessage[], add_generation_prompt: boolean): st
   let s = messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join("");
   if (add_generation_prompt) s += "<|im_start|>assistant\n";
   return s;
+}
+
+/** The messages with the system turn merged into the first user turn; null when there is none. */
+function foldSystem(messages: TemplateMessage[]): TemplateMessage[] | null {
+  if (messages.length === 0 || messages[0].role !== "system") return null;
+  const system = String(messages[0].content);
+  const rest = messages.slice(1);
+  const i = rest.findIndex((m) => m.role === "user");
+  if (i < 0) return [{ role: "user", content: system }, ...rest];
+  return rest.map((m, j) => (j === i ? { ...m, content: `${system}\n\n${String(m.content)}` } : m));
 }
 
 /** The prompt text for a chat; tokenize it with parse_special = true. */
@@ -183,11 +206,22 @@ export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: R
   };
   if (native && tools.length > 0) ctx.tools = tools.map(toolSignature);
   if (chat.enable_thinking !== undefined) ctx.enable_thinking = chat.enable_thinking;
+  let out: string;
   try {
-    return compile(template).render(ctx);
+    out = compile(template).render(ctx);
   } catch (err) {
-    // Templates reject conversations they cannot express (raise_exception: roles must
-    // alternate, no system role ...): that is the request's shape, so a 400.
-    throw new ApiError("invalid_request", `The model's chat template refused this conversation: ${(err as Error).message}`);
+    // Some templates have no system role (Gemma ...): the system text then opens the first
+    // user turn, as llama.cpp's template polyfill does.
+    const folded = foldSystem(messages);
+    try {
+      if (!folded) throw err;
+      out = compile(template).render({ ...ctx, messages: folded });
+    } catch (err2) {
+      // Templates reject conversations they cannot express (raise_exception: roles must
+      // alternate ...): that is the request's shape, so a 400.
+      throw new ApiError("invalid_request", `The model's chat template refused this conversation: ${(err2 as Error).message}`);
+    }
   }
+  if (opts.add_bos && model.bos_token && out.startsWith(model.bos_token)) out = out.slice(model.bos_token.length);
+  return out;
 }

@@ -29,6 +29,11 @@ export interface ResponseValidator {
    * stream sends one (it must equal the payload's type).
    */
   validateSseEvent(operationId: string, payload: unknown, event?: string): string[];
+  /**
+   * Errors of the documented response headers: required ones present (Retry-After on 429 / 503 /
+   * 529), and every documented one that is present matching its schema. Names are case-insensitive.
+   */
+  validateHeaders(operationId: string, status: number, headers: Record<string, string | string[] | number | undefined>): string[];
   /** Errors of a JSON request body against the operation's request schema; [] = valid. */
   validateRequest(operationId: string, body: unknown): string[];
 }
@@ -129,6 +134,31 @@ export function createResponseValidator(doc: Json): ResponseValidator {
       const fn = compile(target.replace(/^#/, ""));
       const errors = fn(data) ? [] : formatErrors(where, fn.errors);
       if (event !== undefined && (data as Json)?.type !== event) errors.push(`${where}: event name ${event} differs from payload type ${String((data as Json)?.type)}`);
+      return errors;
+    },
+
+    validateHeaders(operationId, status, headers) {
+      const o = operation(operationId);
+      const where = `${operationId} ${status}`;
+      const found = responseFor(o, status);
+      if (!found) return [`${where}: status ${status} is not documented for ${o.method.toUpperCase()} ${o.path}`];
+      const lower = new Map(Object.entries(headers).map(([k, x]) => [k.toLowerCase(), Array.isArray(x) ? x.join(", ") : x]));
+      const errors: string[] = [];
+      for (const [name, raw] of Object.entries<Json>(found.response.headers ?? {})) {
+        const pointer = typeof raw.$ref === "string" ? raw.$ref.replace(/^#/, "") : `${found.pointer}/headers/${escapePointer(name)}`;
+        const header: Json = typeof raw.$ref === "string" ? doc.components.headers[String(raw.$ref.split("/").pop())] : raw;
+        const value = lower.get(name.toLowerCase());
+        if (value === undefined) {
+          if (header.required) errors.push(`${where}: header ${name} is required`);
+          continue;
+        }
+        // Header values are text; a number-typed header is checked as the number it spells.
+        const type = header.schema?.type;
+        const text = String(value).trim();
+        const typed = (type === "integer" || type === "number") && text !== "" && !Number.isNaN(Number(text)) ? Number(text) : text;
+        const fn = compile(`${pointer}/schema`);
+        if (!fn(typed)) errors.push(...formatErrors(`${where} header ${name}`, fn.errors));
+      }
       return errors;
     },
 

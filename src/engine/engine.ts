@@ -293,7 +293,7 @@ class WorkerEngine implements ManagedEngine {
     }
   }
 
-  private onExit(child: ChildProcess, _code: number | null, _signal: NodeJS.Signals | null): void {
+  private onExit(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
     if (child !== this.child) return;
     this.child = null;
     for (const r of this.replies.values()) r.reject(new ApiError("loading", "The model's worker is restarting.", { retry_after: 2 }));
@@ -310,6 +310,7 @@ class WorkerEngine implements ManagedEngine {
       return;
     }
     if (this.everReady) this.restarts++;
+    process.stderr.write(`mashbox: model worker exited (${signal ?? `code ${code}`}); starting it again\n`);
     this.state = this.everReady ? "restarting" : "loading";
     // A request whose client has received nothing is sent again once, from the start; any
     // other request ends with an error event (a rerun could repeat what the client has).
@@ -332,7 +333,7 @@ class WorkerEngine implements ManagedEngine {
   async close(): Promise<void> {
     this.closing = true;
     const c = this.child;
-    if (!c) return;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
     await new Promise<void>((res) => {
       c.once("exit", () => res());
       c.kill("SIGTERM");

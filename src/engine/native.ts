@@ -54,7 +54,8 @@ export interface NativeRequest {
 
 export type NativeEvent =
   | { type: "start"; id: number; prompt_tokens: number; cached_tokens: number; queue_ms: number }
-  | { type: "token"; id: number; token: number; text: string }
+  /** The first token of a request also carries its timing: queue wait and prefill time. */
+  | { type: "token"; id: number; token: number; text: string; first?: true; queue_ms?: number; prompt_ms?: number }
   | {
       type: "done";
       id: number;

@@ -11,24 +11,24 @@ export interface OperationInfo {
   dialect: Dialect;
   /** components.schemas name of the JSON request body, null when the operation takes none. */
   request_schema: string | null;
-  /** Whether the 200 answer can be text/event-stream. */
-  streams: boolean;
+  /** components.schemas name of one SSE data: payload, null when the operation does not stream. */
+  sse_schema: string | null;
 }
 
 export const operations = {
-  getHealth: { method: "GET", path: "/v1/health", dialect: "openai", request_schema: null, streams: false },
-  headHealth: { method: "HEAD", path: "/v1/health", dialect: "openai", request_schema: null, streams: false },
-  getHealthShort: { method: "GET", path: "/health", dialect: "openai", request_schema: null, streams: false },
-  getRoot: { method: "GET", path: "/", dialect: "openai", request_schema: null, streams: false },
-  listModels: { method: "GET", path: "/v1/models", dialect: "openai", request_schema: null, streams: false },
-  getModel: { method: "GET", path: "/v1/models/{model}", dialect: "openai", request_schema: null, streams: false },
-  createChatCompletion: { method: "POST", path: "/v1/chat/completions", dialect: "openai", request_schema: "ChatCompletionRequest", streams: true },
-  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "CompletionRequest", streams: true },
-  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "MessagesRequest", streams: true },
-  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "CountTokensRequest", streams: false },
-  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", streams: true },
-  getMetrics: { method: "GET", path: "/metrics", dialect: "openai", request_schema: null, streams: false },
-  getOpenapi: { method: "GET", path: "/openapi.json", dialect: "openai", request_schema: null, streams: false },
+  getHealth: { method: "GET", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null },
+  headHealth: { method: "HEAD", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null },
+  getHealthShort: { method: "GET", path: "/health", dialect: "openai", request_schema: null, sse_schema: null },
+  getRoot: { method: "GET", path: "/", dialect: "openai", request_schema: null, sse_schema: null },
+  listModels: { method: "GET", path: "/v1/models", dialect: "openai", request_schema: null, sse_schema: null },
+  getModel: { method: "GET", path: "/v1/models/{model}", dialect: "openai", request_schema: null, sse_schema: null },
+  createChatCompletion: { method: "POST", path: "/v1/chat/completions", dialect: "openai", request_schema: "ChatCompletionRequest", sse_schema: "ChatCompletionStreamPayload" },
+  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "CompletionRequest", sse_schema: "CompletionStreamPayload" },
+  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "MessagesRequest", sse_schema: "MessageStreamEvent" },
+  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "CountTokensRequest", sse_schema: null },
+  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", sse_schema: "ResponseStreamEvent" },
+  getMetrics: { method: "GET", path: "/metrics", dialect: "openai", request_schema: null, sse_schema: null },
+  getOpenapi: { method: "GET", path: "/openapi.json", dialect: "openai", request_schema: null, sse_schema: null },
 } as const satisfies Record<string, OperationInfo>;
 
 export type OperationId = keyof typeof operations;
@@ -53,3 +53,22 @@ export interface OperationRequestBodies {
 }
 
 export type RequestBody<Op extends OperationId> = OperationRequestBodies[Op];
+
+/** The type of one SSE data: payload of each operation (never for those that do not stream). */
+export interface OperationSsePayloads {
+  getHealth: never;
+  headHealth: never;
+  getHealthShort: never;
+  getRoot: never;
+  listModels: never;
+  getModel: never;
+  createChatCompletion: components["schemas"]["ChatCompletionStreamPayload"];
+  createCompletion: components["schemas"]["CompletionStreamPayload"];
+  createMessage: components["schemas"]["MessageStreamEvent"];
+  countMessageTokens: never;
+  createResponse: components["schemas"]["ResponseStreamEvent"];
+  getMetrics: never;
+  getOpenapi: never;
+}
+
+export type SsePayload<Op extends OperationId> = OperationSsePayloads[Op];

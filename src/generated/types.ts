@@ -405,11 +405,11 @@ export interface components {
             temperature?: number | null;
             /** @description auto (default), none, required, or {"type": "function", "function": {"name": ...}}. */
             tool_choice?: ("auto" | "none" | "required") | {
-                function?: {
+                function: {
                     name: string;
                 };
-                name?: string;
-                type: string;
+                /** @constant */
+                type: "function";
             } | null;
             /** @description Function tools the model may call. */
             tools?: Record<string, never>[] | null;
@@ -431,8 +431,9 @@ export interface components {
         ChatMessage: {
             /** @description Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
             content?: string | {
-                text?: string;
-                type: string;
+                text: string;
+                /** @enum {string} */
+                type: "text" | "input_text";
             }[] | null;
             /** @description Accepted and ignored. */
             name?: string;
@@ -508,10 +509,10 @@ export interface components {
              */
             frequency_penalty?: number | null;
             /**
-             * @description Not supported (log probabilities): a request that sets it gets 400 naming the field.
-             * @enum {boolean|null}
+             * @description Not supported (log probabilities): a request that sets it gets 400 naming the field. 0 (none) is accepted.
+             * @enum {integer|null}
              */
-            logprobs?: false | null;
+            logprobs?: 0 | null;
             /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
             max_completion_tokens?: number | null;
             /** @description Most new tokens (>= 1). */
@@ -538,7 +539,7 @@ export interface components {
              * @default 0
              */
             presence_penalty?: number | null;
-            /** @description The text to continue (a string, or a list of one string). */
+            /** @description The text to continue (a string, or a list of one string); not empty. */
             prompt: string | string[];
             /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
             prompt_cache_key?: string | null;
@@ -656,7 +657,8 @@ export interface components {
                 /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
                 content: string | {
                     text?: string;
-                    type: string;
+                    /** @enum {string} */
+                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
                 }[];
                 /** @enum {string} */
                 role: "user" | "assistant" | "system";
@@ -692,10 +694,10 @@ export interface components {
         Error: {
             error: {
                 /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
-                code?: string | null;
+                code: string | null;
                 message: string;
                 /** @description The request field the error is about. */
-                param?: string | null;
+                param: string | null;
                 /** @example invalid_request_error */
                 type: string;
             };
@@ -803,7 +805,8 @@ export interface components {
                 /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
                 content: string | {
                     text?: string;
-                    type: string;
+                    /** @enum {string} */
+                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
                 }[];
                 /** @enum {string} */
                 role: "user" | "assistant" | "system";
@@ -1288,14 +1291,17 @@ export interface components {
             /** @description Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported). */
             include?: string[] | null;
             /** @description A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            input: string | {
+            input: string | ({
                 content?: string | {
                     text?: string;
-                    type: string;
+                    /** @enum {string} */
+                    type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal";
                 }[] | null;
-                role?: string;
-                type?: string;
-            }[];
+                /** @enum {string} */
+                role?: "system" | "developer" | "user" | "assistant";
+                /** @enum {string} */
+                type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning";
+            } | unknown | unknown)[];
             /** @description System prompt. */
             instructions?: string | null;
             /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
@@ -1364,14 +1370,19 @@ export interface components {
                 };
                 verbosity?: string | null;
             } | null;
-            /** @description auto (default), none, required, or {"type": "function", "function": {"name": ...}}. */
-            tool_choice?: ("auto" | "none" | "required") | {
+            /** @description auto (default), none, required, or a function / custom tool: {"type": "function", "name": ...}. */
+            tool_choice?: ("auto" | "none" | "required") | ({
                 function?: {
                     name: string;
                 };
                 name?: string;
-                type: string;
-            } | null;
+                /** @enum {string} */
+                type: "function" | "custom";
+            } | {
+                name: string;
+            } | {
+                function: Record<string, never>;
+            }) | null;
             /** @description function, custom and namespace tools. */
             tools?: Record<string, never>[] | null;
             /**
@@ -1404,10 +1415,10 @@ export interface components {
         StreamError: {
             error: {
                 /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
-                code?: string | null;
+                code: string | null;
                 message: string;
                 /** @description The request field the error is about. */
-                param?: string | null;
+                param: string | null;
                 /** @example invalid_request_error */
                 type: string;
             };
@@ -1729,7 +1740,14 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChatCompletion"];
-                    "text/event-stream": string;
+                    "text/event-stream": {
+                        /** @description A JSON-encoded ChatCompletionStreamPayload, or [DONE] at the end. */
+                        data: string;
+                        /** @description Not sent (data-only stream). */
+                        event?: string;
+                        id?: string;
+                        retry?: number;
+                    };
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1763,7 +1781,14 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Completion"];
-                    "text/event-stream": string;
+                    "text/event-stream": {
+                        /** @description A JSON-encoded CompletionStreamPayload, or [DONE] at the end. */
+                        data: string;
+                        /** @description Not sent (data-only stream). */
+                        event?: string;
+                        id?: string;
+                        retry?: number;
+                    };
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1871,7 +1896,14 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Message"];
-                    "text/event-stream": string;
+                    "text/event-stream": {
+                        /** @description A JSON-encoded MessageStreamEvent. */
+                        data: string;
+                        /** @description The payload's type. */
+                        event: string;
+                        id?: string;
+                        retry?: number;
+                    };
                 };
             };
             400: components["responses"]["AnthropicBadRequest"];
@@ -1999,7 +2031,14 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Response"];
-                    "text/event-stream": string;
+                    "text/event-stream": {
+                        /** @description A JSON-encoded ResponseStreamEvent. */
+                        data: string;
+                        /** @description The payload's type. */
+                        event: string;
+                        id?: string;
+                        retry?: number;
+                    };
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -144,6 +144,15 @@ describe("OutputParser", () => {
       { type: "tool_call_delta", index: 0, arguments: "hello\nworld" },
       { type: "tool_call_end", index: 0, arguments: "hello\nworld" },
     ]);
+    checkSplits('<tool_call>{"name": "apply_patch", "arguments": {"note": "in\\"put", "input": "a\\"b\\u00e9{", "n": [1]}}</tool_call>', [
+      start(0, "apply_patch", "custom", ns),
+      { type: "tool_call_delta", index: 0, arguments: 'a"bé{' },
+      { type: "tool_call_end", index: 0, arguments: 'a"bé{' },
+    ]);
+    // {"input": …} streams while generated, not only at the end.
+    const p = parser();
+    const early = p.push('<tool_call>{"name": "apply_patch", "arguments": {"input": "line one\\nline');
+    expect(early.filter((e) => e.type === "tool_call_delta").map((e) => (e as { arguments: string }).arguments).join("")).to.equal("line one\nline");
     checkSplits(`<tool_call>${JSON.stringify({ name: "apply_patch", input: "x\ty" })}</tool_call>`, [
       start(0, "apply_patch", "custom", ns),
       { type: "tool_call_delta", index: 0, arguments: "x\ty" },

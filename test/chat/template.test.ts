@@ -127,6 +127,23 @@ describe("renderChatPrompt", () => {
     expect(() => renderChatPrompt(chat({ turns: [{ role: "user", content: "x" }] }), t)).to.throw(ApiError, /no system role/);
   });
 
+  it("folds the system text into the first user turn for a template without a system role", () => {
+    const t = {
+      chat_template:
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}",
+      bos_token: null,
+      eos_token: null,
+    };
+    expect(renderChatPrompt(chat({ system: ["Be brief."], turns: [{ role: "user", content: "Hi" }] }), t)).to.equal("<user>Be brief.\n\nHi</user>");
+  });
+
+  it("drops a template-printed BOS when the tokenizer adds one", () => {
+    const t = { chat_template: "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}", bos_token: "<s>", eos_token: "</s>" };
+    const c = chat({ turns: [{ role: "user", content: "x" }] });
+    expect(renderChatPrompt(c, t)).to.equal("<s>[user]x");
+    expect(renderChatPrompt(c, t, { add_bos: true })).to.equal("[user]x");
+  });
+
   it("knows when the prompt leaves <think> open", () => {
     expect(promptOpensThinking("<|im_start|>assistant\n<think>\n")).to.equal(true);
     expect(promptOpensThinking("<|im_start|>assistant\n")).to.equal(false);

@@ -39,3 +39,13 @@ export function capturedRequests(filter: (r: CapturedRequest) => boolean = () =>
   }
   return out.filter(filter);
 }
+
+// Hop-by-hop and addressing headers belong to the capture's connection, not to the request.
+const DROP_HEADERS = new Set(["host", "content-length", "connection", "accept-encoding", "transfer-encoding", "keep-alive", "origin", "authorization", "x-api-key"]);
+
+/** The captured request's own headers (user agent, betas, stainless ids ...), minus the above. */
+export function replayHeaders(r: CapturedRequest): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(r.headers)) if (!DROP_HEADERS.has(k.toLowerCase())) headers[k] = String(v);
+  return headers;
+}

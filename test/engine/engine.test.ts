@@ -112,6 +112,32 @@ describe("engine (worker + native scheduler)", function () {
     expect(after.prefix_hit_tokens - before.prefix_hit_tokens).to.be.at.least(nBase - 1);
   });
 
+  it("copies a shared prefix from a running request's slot", async () => {
+    // text no earlier test used, so no idle slot holds it: only the running request can lend it
+    const sys = "You are a careful lighthouse keeper. Answer in one short sentence and never use lists. ".repeat(3);
+    const q = sys + "Question: what colour is the sky?";
+    const ac = new AbortController();
+    let texts = 0;
+    let release!: () => void;
+    const running = new Promise<void>((r) => (release = r));
+    const other = collect(engine.submit(textReq(sys + "Tell me a long story", { max_tokens: 200 }), ac.signal), (e) => {
+      if (e.type === "text" && ++texts === 1) release();
+    });
+    await running;
+    const r = await collect(engine.submit(textReq(q, { max_tokens: 8 })));
+    ac.abort();
+    await other;
+    const nSys = await engine.countTokens({ kind: "text", text: sys });
+    expect((r.events[0] as Extract<GenerationEvent, { type: "start" }>).cached_tokens).to.be.at.least(nSys - 1);
+    // the copied K/V gives the same answer as computing the prompt from scratch
+    const fresh = createEngine({ model_path: MODEL, model_id: "fresh", n_ctx: 256, n_slots: 1, n_threads: 1 });
+    await fresh.ready();
+    const alone = await collect(fresh.submit(textReq(q, { max_tokens: 8 })));
+    await fresh.close();
+    expect(alone.done!.usage.cached_tokens).to.equal(0);
+    expect(r.text).to.equal(alone.text);
+  });
+
   it("abort cancels in native and frees the slot", async () => {
     const ac = new AbortController();
     let texts = 0;
@@ -235,5 +261,18 @@ describe("engine worker crash", function () {
     expect(st.worker_pid).to.not.equal(pid);
     const again = await collect(engine.submit(textReq("The capital of France is", { max_tokens: 8 })));
     expect(again.text).to.equal(r2.text);
+  });
+});
+
+describe("engine load failure", function () {
+  this.timeout(60000);
+  it("rejects ready(), reports failed, refuses requests", async () => {
+    const engine = createEngine({ model_path: "test/fixtures/does-not-exist.gguf", model_id: "x", n_ctx: 64, n_slots: 1, n_threads: 1 });
+    let err: unknown;
+    await engine.ready().catch((e) => (err = e));
+    expect(String(err)).to.match(/failed to load/);
+    expect(engine.state).to.equal("failed");
+    expect(() => engine.submit(textReq("hi"))).to.throw(ApiError).with.property("code", "engine_error");
+    await engine.close();
   });
 });

@@ -56,6 +56,9 @@ describe("native addon", function () {
     for (const t of toks) expect(t.text).to.not.include("\uFFFD");
     expect(done.finish).to.equal("stop");
     expect(evs[0].type).to.equal("start");
+    expect(toks[0].first).to.equal(true);
+    expect(toks[0].prompt_ms).to.be.a("number").that.is.at.least(0);
+    expect(toks.slice(1).some((t) => t.first)).to.equal(false);
   });
 
   it("delivers events of concurrent requests together and cancels", async () => {
@@ -64,6 +67,9 @@ describe("native addon", function () {
     const long = run(13, { max_tokens: -1 });
     await Promise.all(ps);
     expect(calls.some((c) => new Set(c.map((e) => e.id)).size > 1)).to.equal(true);
+    // 13 waited for a slot; it runs once a step after the others finished admits it
+    const t0 = Date.now();
+    while (!(byId.get(13) ?? []).some((e) => e.type === "token") && Date.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 5));
     expect(eng.stats().slots_in_use).to.equal(1);
     eng.cancel(13);
     const evs = await long;

@@ -47,7 +47,11 @@ class FakeModel : public Model {
     tokens_forwarded += b.token.size();
   }
   void kv_truncate(int slot, int pos) override { if (int(kv_[slot].size()) > pos) kv_[slot].resize(pos); }
-  void kv_copy(int, int, int) override {}
+  void kv_copy(int src, int dst, int n) override {
+    kv_[dst].assign(kv_[src].begin(), kv_[src].begin() + n);
+    copies++;
+  }
+  int copies = 0;
   size_t kv_bytes() const override { return 0; }
   int bad_pos = 0;
   size_t max_batch_seen = 0;
@@ -179,6 +183,26 @@ int main() {
     CHECK(r3.tokens == r1.tokens);
     auto st = s.stats();
     CHECK_EQ(st.prefix_hit_tokens, int64_t(399));
+    CHECK_EQ(fm->bad_pos, 0);
+  }
+  {  // a running slot lends its prefix: K/V copied, not prefilled again
+    auto model = std::make_unique<FakeModel>(2);
+    FakeModel* fm = model.get();
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {2, 100000, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    auto sys = make_prompt(100, 9);
+    s.submit(req(1, sys, -1));
+    auto t0 = std::chrono::steady_clock::now();
+    while (c.tokens_of(1) < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) std::this_thread::yield();
+    auto p2 = sys;
+    p2.insert(p2.end(), {5, 6, 7, 8});
+    s.submit(req(2, p2, 6));
+    Result r2 = c.wait(2);
+    CHECK_EQ(r2.cached, 100);
+    CHECK(r2.tokens == expected(p2, 6));
+    CHECK_EQ(fm->copies, 1);
+    s.cancel(1);
+    c.wait(1);
     CHECK_EQ(fm->bad_pos, 0);
   }
   {  // cancel frees the slot; a waiting request then runs

@@ -14,12 +14,18 @@ import os
 import struct
 import sys
 
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
-import gguf.quants as q
+try:
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+    import gguf.quants as q
+except ImportError as e:  # the C++ test then reports the cross-check as skipped
+    print("make_vectors: gguf-py not available (%s); no vectors written" % e)
+    sys.exit(0)
 
 ROWS, K = 4, 512
-rng = np.random.default_rng(1234)
+
+
+rng = None
 
 
 def random_kquant(t):
@@ -38,6 +44,8 @@ def random_kquant(t):
 
 
 def main():
+    global rng
+    rng = np.random.default_rng(1234)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for t in (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K):

@@ -6,6 +6,7 @@ import { ApiError } from "../../../src/errors.js";
 import { formatSse } from "../../../src/http/sse.js";
 import { fromInternal, MessagesStreamEncoder, omitsThinking } from "../../../src/dialects/anthropic-messages/index.js";
 import type { GenerationEvent } from "../../../src/engine/types.js";
+import { schemaErrors } from "../../clients/openapi-schema.js";
 
 const dir = dirname(fileURLToPath(import.meta.url));
 const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
@@ -38,6 +39,12 @@ describe("golden: anthropic-messages", () => {
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
         // Nothing is emitted after the stream ended.
         expect(enc.push({ type: "text", text: "late" })).to.deep.equal([]);
+      });
+
+      it("every output matches openapi.json (Message, MessageStreamEvent / AnthropicError)", () => {
+        if (golden.response.status) expect(schemaErrors("AnthropicError", golden.response.error)).to.equal(null);
+        else expect(schemaErrors("Message", golden.response)).to.equal(null);
+        for (const f of golden.stream) expect(schemaErrors("MessageStreamEvent", f.data), f.event).to.equal(null);
       });
 
       it("stream invariants: names match types, blocks open and close in order, deltas rebuild the message", () => {

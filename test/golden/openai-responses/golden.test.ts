@@ -6,6 +6,7 @@ import { ApiError } from "../../../src/errors.js";
 import { formatSse } from "../../../src/http/sse.js";
 import { fromInternal, ResponsesStreamEncoder } from "../../../src/dialects/openai-responses/index.js";
 import type { GenerationEvent } from "../../../src/engine/types.js";
+import { schemaErrors } from "../../clients/openapi-schema.js";
 
 const dir = dirname(fileURLToPath(import.meta.url));
 const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
@@ -37,6 +38,12 @@ describe("golden: openai-responses", () => {
         const frames = events.flatMap((ev) => enc.push(ev));
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
         expect(enc.push({ type: "text", text: "late" })).to.deep.equal([]);
+      });
+
+      it("every output matches openapi.json (Response, ResponseStreamEvent / Error)", () => {
+        if (golden.response.status === 500) expect(schemaErrors("Error", golden.response.error)).to.equal(null);
+        else expect(schemaErrors("Response", golden.response)).to.equal(null);
+        for (const f of golden.stream) expect(schemaErrors("ResponseStreamEvent", f.data), f.event).to.equal(null);
       });
 
       it("stream invariants: sequence 0,1,2…, names match types, output_item.done items rebuild the output", () => {

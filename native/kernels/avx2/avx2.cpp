@@ -1,0 +1,601 @@
+// AVX2/FMA/F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c (and -O3);
+// dispatch.cpp calls avx2_table_unchecked() only after checking the CPU. Integer block sums are
+// exact (maddubs pair sums stay below 32767: |w| <= 128 and |x| <= 127 since our quantizers never
+// write -128), so results differ from ref/ only in float rounding order. The legacy-quant dot products are the 1x1 case of the register-tiled kernels, which keeps
+// a token's result identical whether it is computed alone or inside a batch.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "../blocks.h"
+#include "../ref/ref.h"
+
+namespace mb {
+namespace kq {
+namespace {
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline int hsum_i32_8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+inline float fp16(half h) { return _cvtsh_ss(h); }
+
+// 32 bits -> 32 bytes holding 0x10 where the bit is set (the 5th bit of Q5 values)
+inline __m256i bits_to_0x10(const uint8_t* qh4) {
+  uint32_t x;
+  std::memcpy(&x, qh4, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+  const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  bytes = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+  return _mm256_and_si256(bytes, _mm256_set1_epi8(0x10));
+}
+
+// ---- activation quantizers ----
+
+// As ggml's x86 quantize_row_q8_0/q8_1: scale 127/amax, round to nearest even.
+template <bool WITH_SUM>
+inline void quantize_q8_blocks(const float* x, void* vy, int64_t k) {
+  const int64_t nb = k / QK;
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < nb; i++, x += QK) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+           v3 = _mm256_loadu_ps(x + 24);
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v0), _mm256_andnot_ps(sign_bit, v1));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v2));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v3));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.f;
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    int8_t* qs;
+    if (WITH_SUM) {
+      auto* y = (block_q8_1*)vy + i;
+      y->d = (half)_cvtss_sh(d, 0);
+      const int sum = hsum_i32_8(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      y->s = (half)_cvtss_sh(d * sum, 0);
+      qs = y->qs;
+    } else {
+      auto* y = (block_q8_0*)vy + i;
+      y->d = (half)_cvtss_sh(d, 0);
+      qs = y->qs;
+    }
+    // pack 32 int32 -> 32 int8 in order (packs interleave 128-bit lanes; undo with a permute)
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i*)qs, i0);
+  }
+}
+void quantize_q8_0(const float* x, void* y, int64_t k) { quantize_q8_blocks<false>(x, y, k); }
+void quantize_q8_1(const float* x, void* y, int64_t k) { quantize_q8_blocks<true>(x, y, k); }
+
+// Bit-identical to ref::quantize_q8_K (same products, same ties-to-even rounding).
+void quantize_q8_K(const float* x, void* vy, int64_t k) {
+  auto* y = (block_q8_K*)vy;
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + j)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (!(amax > 0)) {  // all zero (or NaN): same output as the reference's early exit
+      if (amax == 0) {
+        y[i].d = 0;
+        std::memset(y[i].qs, 0, QK_K);
+        std::memset(y[i].bsums, 0, sizeof(y[i].bsums));
+        continue;
+      }
+      ref::quantize_q8_K(x, &y[i], QK_K);
+      continue;
+    }
+    // the reference keeps the first element of largest magnitude, with its sign
+    float max = 0;
+    for (int j = 0; j < QK_K; j++)
+      if (std::fabs(x[j]) == amax) { max = x[j]; break; }
+    const float iscale = -127.f / max;
+    const __m256 mul = _mm256_set1_ps(iscale);
+    const __m256i lim = _mm256_set1_epi32(127);
+    for (int j = 0; j < QK_K; j += 32) {
+      __m256i q[4];
+      for (int u = 0; u < 4; u++) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * u), mul);
+        q[u] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), lim);
+      }
+      // bsums over 16: q[0]+q[1] and q[2]+q[3]
+      y[i].bsums[j / 16] = (int16_t)hsum_i32_8(_mm256_add_epi32(q[0], q[1]));
+      y[i].bsums[j / 16 + 1] = (int16_t)hsum_i32_8(_mm256_add_epi32(q[2], q[3]));
+      __m256i a = _mm256_packs_epi32(q[0], q[1]);
+      __m256i b = _mm256_packs_epi32(q[2], q[3]);
+      a = _mm256_packs_epi16(a, b);
+      a = _mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256((__m256i*)(y[i].qs + j), a);
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+void to_f16(const float* x, void* vy, int64_t k) {
+  auto* y = (half*)vy;
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    _mm_storeu_si128((__m128i*)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < k; i++) y[i] = f2h(x[i]);
+}
+
+// ---- float dots (4 accumulators, as ggml's F32/F16 vector loops) ----
+
+template <typename Load>
+inline float dot_float_rows(int64_t k, Load load) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32)
+    for (int u = 0; u < 4; u++) {
+      __m256 a, b;
+      load(i + 8 * u, a, b);
+      acc[u] = _mm256_fmadd_ps(a, b, acc[u]);
+    }
+  for (; i + 8 <= k; i += 8) {
+    __m256 a, b;
+    load(i, a, b);
+    acc[0] = _mm256_fmadd_ps(a, b, acc[0]);
+  }
+  // tails (k % 8) are added by the callers
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+float dot_f32(int64_t k, const void* w, const void* x) {
+  auto a = (const float*)w, b = (const float*)x;
+  float s = dot_float_rows(k, [&](int64_t i, __m256& va, __m256& vb) { va = _mm256_loadu_ps(a + i); vb = _mm256_loadu_ps(b + i); });
+  for (int64_t i = k & ~7LL; i < k; i++) s += a[i] * b[i];
+  return s;
+}
+float dot_f16(int64_t k, const void* w, const void* x) {
+  auto a = (const half*)w, b = (const half*)x;
+  float s = dot_float_rows(k, [&](int64_t i, __m256& va, __m256& vb) {
+    va = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));
+    vb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));
+  });
+  for (int64_t i = k & ~7LL; i < k; i++) s += h2f(a[i]) * h2f(b[i]);
+  return s;
+}
+inline __m256 bf16x8(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+float dot_bf16(int64_t k, const void* w, const void* x) {
+  auto a = (const bf16*)w, b = (const bf16*)x;
+  float s = dot_float_rows(k, [&](int64_t i, __m256& va, __m256& vb) { va = bf16x8(a + i); vb = bf16x8(b + i); });
+  for (int64_t i = k & ~7LL; i < k; i++) s += bf2f(a[i]) * bf2f(b[i]);
+  return s;
+}
+
+// ---- legacy quants: register-tiled NR weight rows x NT tokens ----
+//
+// Per (row, token) pair and block: acc = fma(bcast(d_w) * bcast(d_x), int_dot, acc); for the types
+// with a min, per row: msum[lane t] = fma(m_w, s_x[t], msum). Both scale pairs sit at the start of
+// their blocks ([d, m] and [d, s]) and are converted with one vcvtph2ps each, which keeps the
+// shuffle port free; the nibble unpack uses a broadcast load and a variable shift for the same
+// reason. The 1x1 instance is the row dot, and every instance computes each pair identically.
+
+// [d, second half, ...] of a block as floats (the 4 bytes at the block start)
+inline __m128 scales_of(const void* block) {
+  uint32_t u;
+  std::memcpy(&u, block, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+// 16 bytes of nibbles -> 32 bytes, without a cross-lane shuffle
+inline __m256i unpack_nibbles_bcast(const uint8_t* qs) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
+  const __m256i sh = _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+  return _mm256_and_si256(sh, _mm256_set1_epi8(0x0F));
+}
+
+template <GgmlType WT> struct Legacy;
+template <> struct Legacy<GgmlType::Q4_0> {
+  using W = block_q4_0; using X = block_q8_0; static constexpr bool kMin = false, kSigned = true;
+  static __m256i load(const W& b) { return _mm256_sub_epi8(unpack_nibbles_bcast(b.qs), _mm256_set1_epi8(8)); }
+};
+template <> struct Legacy<GgmlType::Q4_1> {
+  using W = block_q4_1; using X = block_q8_1; static constexpr bool kMin = true, kSigned = false;
+  static __m256i load(const W& b) { return unpack_nibbles_bcast(b.qs); }
+};
+template <> struct Legacy<GgmlType::Q5_0> {
+  using W = block_q5_0; using X = block_q8_0; static constexpr bool kMin = false, kSigned = true;
+  static __m256i load(const W& b) {
+    return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles_bcast(b.qs), bits_to_0x10(b.qh)), _mm256_set1_epi8(16));
+  }
+};
+template <> struct Legacy<GgmlType::Q5_1> {
+  using W = block_q5_1; using X = block_q8_1; static constexpr bool kMin = true, kSigned = false;
+  static __m256i load(const W& b) { return _mm256_or_si256(unpack_nibbles_bcast(b.qs), bits_to_0x10(b.qh)); }
+};
+template <> struct Legacy<GgmlType::Q8_0> {
+  using W = block_q8_0; using X = block_q8_0; static constexpr bool kMin = false, kSigned = true;
+  static __m256i load(const W& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
+};
+
+// lane t of the result = lane 1 (s) of xds[t]
+template <int NT> inline __m128 gather_s(const __m128* xds) {
+  if constexpr (NT == 1) {
+    return _mm_movehdup_ps(xds[0]);
+  } else if constexpr (NT == 2) {
+    const __m128 a = _mm_unpacklo_ps(xds[0], xds[1]);  // d0 d1 s0 s1
+    return _mm_movehl_ps(a, a);
+  } else {
+    const __m128 a = _mm_unpacklo_ps(xds[0], xds[1]);
+    const __m128 b = _mm_unpacklo_ps(xds[2], NT == 4 ? xds[NT - 1] : xds[2]);
+    return _mm_movehl_ps(b, a);  // s0 s1 s2 s3
+  }
+}
+inline float lane(__m128 v, int t) {
+  alignas(16) float f[4];
+  _mm_store_ps(f, v);
+  return f[t];
+}
+
+template <GgmlType WT, int NR, int NT>
+inline void legacy_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, size_t ldy) {
+  using L = Legacy<WT>;
+  using W = typename L::W;
+  using X = typename L::X;
+  const int64_t nb = k / QK;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[NR][NT];
+  __m128 msum[NR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++) {
+    msum[r] = _mm_setzero_ps();
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i wq[NR], wraw[NR];
+    __m128 wds[NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+      const W& b = ((const W*)(w + r * ws))[i];
+      // decode streams the weights once from memory: fetch the rows two strips ahead
+      if constexpr (NT == 1) _mm_prefetch((const char*)&b + 2 * NR * ws, _MM_HINT_T0);
+      wraw[r] = L::load(b);
+      // signed weights: multiply |w| by sign(x, w), since maddubs wants one unsigned operand
+      wq[r] = L::kSigned ? _mm256_sign_epi8(wraw[r], wraw[r]) : wraw[r];
+      wds[r] = scales_of(&b);
+    }
+    __m128 xds[NT];
+    __m256 dx[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+      xds[t] = scales_of(&((const X*)(x + t * xs))[i]);
+      dx[t] = _mm256_broadcastss_ps(xds[t]);
+    }
+    if constexpr (L::kMin) {
+      const __m128 s = gather_s<NT>(xds);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) msum[r] = _mm_fmadd_ps(_mm_permute_ps(wds[r], 0x55), s, msum[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+      const __m256 dw = _mm256_broadcastss_ps(wds[r]);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; t++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i*)((const X*)(x + t * xs))[i].qs);
+        if constexpr (L::kSigned) xv = _mm256_sign_epi8(xv, wraw[r]);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq[r], xv), ones16);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[t]), _mm256_cvtepi32_ps(p), acc[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum8(acc[r][t]) + (L::kMin ? lane(msum[r], t) : 0.0f);
+}
+
+template <GgmlType WT>
+float legacy_dot(int64_t k, const void* w, const void* x) {
+  float y;
+  legacy_kernel<WT, 1, 1>(k, (const uint8_t*)w, 0, (const uint8_t*)x, 0, &y, 1);
+  return y;
+}
+
+// nt == 1 (decode): up to 4 rows at once for independent accumulator chains. nt > 1: pairs of
+// rows x nt tokens, 8 accumulators at most, so the 16 ymm registers hold the whole tile.
+template <GgmlType WT, int NR>
+inline void legacy_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int nt, float* y, size_t ldy) {
+  switch (nt) {
+    case 4: legacy_kernel<WT, NR, 4>(k, w, ws, x, xs, y, ldy); break;
+    case 3: legacy_kernel<WT, NR, 3>(k, w, ws, x, xs, y, ldy); break;
+    case 2: legacy_kernel<WT, NR, 2>(k, w, ws, x, xs, y, ldy); break;
+    default: legacy_kernel<WT, NR, 1>(k, w, ws, x, xs, y, ldy); break;
+  }
+}
+template <GgmlType WT>
+void legacy_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y, size_t ldy) {
+  if (nt == 1) {
+    switch (nr) {
+      case 4: legacy_kernel<WT, 4, 1>(k, w, ws, x, xs, y, ldy); return;
+      case 3: legacy_kernel<WT, 3, 1>(k, w, ws, x, xs, y, ldy); return;
+      case 2: legacy_kernel<WT, 2, 1>(k, w, ws, x, xs, y, ldy); return;
+      default: legacy_kernel<WT, 1, 1>(k, w, ws, x, xs, y, ldy); return;
+    }
+  }
+  int r = 0;
+  for (; r + 2 <= nr; r += 2) legacy_rows<WT, 2>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
+  if (r < nr) legacy_rows<WT, 1>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
+}
+
+// ---- K-quants (x is q8_K): exact int32 sums per super-block, scaled once per super-block ----
+
+// 8 mins (6-bit) times the 8 pair sums of bsums
+inline int kquant_min_term(uint64_t mins8, const int16_t* bsums) {
+  const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i*)bsums), _mm_loadu_si128((const __m128i*)(bsums + 8)));
+  const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mins8));
+  __m128i p = _mm_madd_epi16(bs, m);
+  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(1, 0, 3, 2)));
+  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(p);
+}
+// The eight 6-bit scales and mins of a Q4_K/Q5_K block as 8 bytes each, with word-wide bit
+// operations (same result as scale_min_k4 for j = 0..7).
+inline void unpack_scales_mins(const uint8_t* s12, uint64_t* sc, uint64_t* mn) {
+  uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const uint32_t k3f = 0x3f3f3f3f, k0f = 0x0f0f0f0f, k03 = 0x03030303;
+  const uint32_t sc_lo = u[0] & k3f, mn_lo = u[1] & k3f;
+  const uint32_t sc_hi = (u[2] & k0f) | (((u[0] >> 6) & k03) << 4);
+  const uint32_t mn_hi = ((u[2] >> 4) & k0f) | (((u[1] >> 6) & k03) << 4);
+  *sc = (uint64_t)sc_lo | ((uint64_t)sc_hi << 32);
+  *mn = (uint64_t)mn_lo | ((uint64_t)mn_hi << 32);
+}
+// int16 lane j of s (in both 128-bit halves) broadcast across the vector: one in-lane shuffle
+// instead of a scalar move plus a broadcast
+inline __m256i bcast16(__m256i s, int j) {
+  const __m256i ctrl = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
+  return _mm256_shuffle_epi8(s, ctrl);
+}
+
+float dot_q4_K(int64_t k, const void* vw, const void* vx) {
+  auto w = (const block_q4_K*)vw;
+  auto x = (const block_q8_K*)vx;
+  float sumf = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < k / QK_K; i++) {
+    uint64_t sc, mn;
+    unpack_scales_mins(w[i].scales, &sc, &mn);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(w[i].qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i y0 = _mm256_loadu_si256((const __m256i*)(x[i].qs + 64 * j));
+      const __m256i y1 = _mm256_loadu_si256((const __m256i*)(x[i].qs + 64 * j + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), bcast16(sc16, 2 * j)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), bcast16(sc16, 2 * j + 1)));
+    }
+    const int sumi = hsum_i32_8(acc);
+    const int summ = kquant_min_term(mn, x[i].bsums);
+    const float d = fp16(w[i].d) * x[i].d, dmin = fp16(w[i].dmin) * x[i].d;
+    sumf += d * sumi - dmin * summ;
+  }
+  return sumf;
+}
+
+float dot_q5_K(int64_t k, const void* vw, const void* vx) {
+  auto w = (const block_q5_K*)vw;
+  auto x = (const block_q8_K*)vx;
+  float sumf = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < k / QK_K; i++) {
+    uint64_t sc, mn;
+    unpack_scales_mins(w[i].scales, &sc, &mn);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)w[i].qh);
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(w[i].qs + 32 * j));
+      // bit (2j) of qh is the 5th bit of the low-nibble sub-block, bit (2j+1) of the high one
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+      const __m256i y0 = _mm256_loadu_si256((const __m256i*)(x[i].qs + 64 * j));
+      const __m256i y1 = _mm256_loadu_si256((const __m256i*)(x[i].qs + 64 * j + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), bcast16(sc16, 2 * j)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), bcast16(sc16, 2 * j + 1)));
+    }
+    const int sumi = hsum_i32_8(acc);
+    const int summ = kquant_min_term(mn, x[i].bsums);
+    const float d = fp16(w[i].d) * x[i].d, dmin = fp16(w[i].dmin) * x[i].d;
+    sumf += d * sumi - dmin * summ;
+  }
+  return sumf;
+}
+
+float dot_q6_K(int64_t k, const void* vw, const void* vx) {
+  auto w = (const block_q6_K*)vw;
+  auto x = (const block_q8_K*)vx;
+  float sumf = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  for (int64_t i = 0; i < k / QK_K; i++) {
+    const uint8_t* ql = w[i].ql;
+    const uint8_t* qh = w[i].qh;
+    const int8_t* sc = w[i].scales;
+    const int8_t* y = x[i].qs;
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+      // the 8 scales of this half as int16, the same in both 128-bit lanes
+      const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)sc)));
+      const __m256i l0 = _mm256_loadu_si256((const __m256i*)ql);
+      const __m256i l1 = _mm256_loadu_si256((const __m256i*)(ql + 32));
+      const __m256i h = _mm256_loadu_si256((const __m256i*)qh);
+      // values 0..63 (the -32 offset is applied through bsums below)
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
+      };
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; u++) {
+        const __m256i yy = _mm256_loadu_si256((const __m256i*)(y + 32 * u));
+        // elements 0..15 of this 32 use scale sc[2u] (low lane), 16..31 use sc[2u+1] (high lane)
+        const short lo_sel = (short)((4 * u) | ((4 * u + 1) << 8)), hi_sel = (short)((4 * u + 2) | ((4 * u + 3) << 8));
+        const __m256i s = _mm256_shuffle_epi8(sc16, _mm256_set_m128i(_mm_set1_epi16(hi_sel), _mm_set1_epi16(lo_sel)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[u], yy), s));
+      }
+    }
+    // subtract 32 * sum_g scale_g * bsum_g
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)w[i].scales));
+    const __m256i bs = _mm256_loadu_si256((const __m256i*)x[i].bsums);
+    const int off = hsum_i32_8(_mm256_madd_epi16(s16, bs));
+    const int sumi = hsum_i32_8(acc) - 32 * off;
+    sumf += fp16(w[i].d) * x[i].d * sumi;
+  }
+  return sumf;
+}
+
+// ---- elementwise ----
+
+// exp for a vector: n = round(x log2 e), r = x - n ln2 (two-part constant), degree-7 polynomial
+// on |r| <= ln2/2 (truncation < 1e-8 relative), scaled by 2^n in two steps so n = 128 is fine.
+inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
+  const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269502162933349609f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+  __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  res = _mm256_blendv_ps(res, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  res = _mm256_blendv_ps(res, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  return res;
+}
+
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
+  // squares rounded to float, summed in double, as ggml does
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 sq = _mm256_mul_ps(v, v);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+  }
+  double buf[4];
+  _mm256_storeu_pd(buf, _mm256_add_pd(s0, s1));
+  double sum = (buf[0] + buf[1]) + (buf[2] + buf[3]);
+  for (; i < n; i++) sum += (double)(x[i] * x[i]);
+  const float scale = 1.0f / std::sqrt((float)(sum / n) + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+  for (; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+void softmax(float* x, int n) {
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(vm, 1), _mm256_castps256_ps128(vm));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float max = _mm_cvtss_f32(m4);
+  for (; i < n; i++) max = std::fmax(max, x[i]);
+  const __m256 vmax = _mm256_set1_ps(max);
+  double sum = 0;
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    _mm256_storeu_ps(x + i, e);
+    sum += (double)hsum8(e);
+  }
+  for (; i < n; i++) {
+    x[i] = std::exp(x[i] - max);
+    sum += (double)x[i];
+  }
+  const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (; i < n; i++) x[i] *= (float)(1.0 / sum);
+}
+
+void silu_mul(float* gate, const float* up, int n) {
+  const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, neg))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; i++) gate[i] = (gate[i] / (1.0f + std::exp(-gate[i]))) * up[i];
+}
+
+}  // namespace
+
+const KernelTable* avx2_table_unchecked() {
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.name = "avx2";
+    k.quantize_q8_0 = quantize_q8_0;
+    k.quantize_q8_1 = quantize_q8_1;
+    k.quantize_q8_K = quantize_q8_K;
+    k.to_f16 = to_f16;
+    k.to_bf16 = ref::to_bf16;  // conversion only; never on a hot path (BF16 weights are rare here)
+    k.dot[S_F32] = dot_f32;
+    k.dot[S_F16] = dot_f16;
+    k.dot[S_BF16] = dot_bf16;
+    k.dot[S_Q4_0] = legacy_dot<GgmlType::Q4_0>;
+    k.dot[S_Q4_1] = legacy_dot<GgmlType::Q4_1>;
+    k.dot[S_Q5_0] = legacy_dot<GgmlType::Q5_0>;
+    k.dot[S_Q5_1] = legacy_dot<GgmlType::Q5_1>;
+    k.dot[S_Q8_0] = legacy_dot<GgmlType::Q8_0>;
+    k.tile[S_Q4_0] = legacy_tile<GgmlType::Q4_0>;
+    k.tile[S_Q4_1] = legacy_tile<GgmlType::Q4_1>;
+    k.tile[S_Q5_0] = legacy_tile<GgmlType::Q5_0>;
+    k.tile[S_Q5_1] = legacy_tile<GgmlType::Q5_1>;
+    k.tile[S_Q8_0] = legacy_tile<GgmlType::Q8_0>;
+    k.dot[S_Q4_K] = dot_q4_K;
+    k.dot[S_Q5_K] = dot_q5_K;
+    k.dot[S_Q6_K] = dot_q6_K;
+    k.rmsnorm = rmsnorm;
+    k.softmax = softmax;
+    k.silu_mul = silu_mul;
+    return k;
+  }();
+  return &t;
+}
+
+}  // namespace kq
+}  // namespace mb

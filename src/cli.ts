@@ -1,0 +1,257 @@
+// `mashbox run | pull | models`. Only this file reads process.argv / MASHBOX_API_KEY; the
+// programmatic-only server options (validate_responses, test_hooks) have no flag here.
+import { parseArgs } from "node:util";
+import { availableParallelism } from "node:os";
+import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
+import { ApiError } from "./errors.js";
+import { DEFAULTS, isLoopback } from "./config.js";
+import { keysRequiredMessage, loadApiKeys } from "./security.js";
+import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
+
+export const USAGE = `Usage:
+  mashbox run [model] [options]   Serve a model (OpenAI + Anthropic APIs)
+  mashbox pull [model]            Download a model from models.json; prints its path last
+  mashbox models                  List the models in models.json and which are present
+  mashbox --help                  This text
+
+[model] is an id from models.json (default: ${DEFAULTS.model}) or a path to a .gguf file.
+run pulls a missing registry model first; the server answers 503 (Anthropic routes: 529)
+with Retry-After until the model is loaded.
+
+run options:
+  --host ADDR          Address to bind and answer to (default ${DEFAULTS.host}). Any non-loopback
+                       address requires an API key (--api-key-file or MASHBOX_API_KEY).
+  --port N             TCP port (default ${DEFAULTS.port}).
+  --ctx N              Context length per slot, in tokens (default ${DEFAULTS.n_ctx}).
+  --slots N            Requests decoded together (default ${DEFAULTS.n_slots}).
+  --threads N          CPU threads for the engine (default: all cores, ${availableParallelism()} here).
+  --cache-ram MiB      Host memory for saved prompt states (default ${DEFAULTS.cache_ram_mib}).
+  --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
+                       Keys sharing a tenant name share its queue limit. With keys, /v1/*,
+                       /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
+  --ui                 Serve the built-in chat page at /.
+  --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build.
+
+Environment:
+  MASHBOX_API_KEY      One more API key (its own tenant).
+  MASHBOX_HOME         Cache root (default ~/.cache/mashbox); models go to $MASHBOX_HOME/models.
+`;
+
+class UsageError extends Error {}
+
+function intOption(name: string, v: string | undefined, def: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (v === undefined) return def;
+  if (!/^\d+$/.test(v)) throw new UsageError(`--${name} must be a whole number, got '${v}'`);
+  const n = Number(v);
+  if (n < min || n > max) throw new UsageError(`--${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+export interface RunConfig {
+  model: string | undefined;
+  host: string;
+  port: number;
+  n_ctx: number;
+  n_slots: number;
+  n_threads: number;
+  cache_ram_mib: number;
+  api_key_file: string | undefined;
+  ui: boolean;
+  device: "cpu" | "cuda";
+}
+
+/** Parses `run` arguments (everything after "run"). Throws UsageError with a one-line reason. */
+export function parseRunArgs(args: string[]): RunConfig {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      host: { type: "string" },
+      port: { type: "string" },
+      ctx: { type: "string" },
+      slots: { type: "string" },
+      threads: { type: "string" },
+      "cache-ram": { type: "string" },
+      "api-key-file": { type: "string" },
+      ui: { type: "boolean" },
+      device: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (positionals.length > 1) throw new UsageError(`run takes one model, got ${positionals.length}: ${positionals.join(" ")}`);
+  const device = values.device ?? "cpu";
+  if (device !== "cpu" && device !== "cuda") throw new UsageError(`--device must be cpu or cuda, got '${device}'`);
+  return {
+    model: positionals[0],
+    host: values.host ?? DEFAULTS.host,
+    port: intOption("port", values.port, DEFAULTS.port, 0, 65535),
+    n_ctx: intOption("ctx", values.ctx, DEFAULTS.n_ctx, 16, 1 << 20),
+    n_slots: intOption("slots", values.slots, DEFAULTS.n_slots, 1, 256),
+    n_threads: intOption("threads", values.threads, availableParallelism(), 1, 1024),
+    cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
+    api_key_file: values["api-key-file"],
+    ui: values.ui === true,
+    device,
+  };
+}
+
+const EMPTY_STATS: EngineStats = {
+  slots_total: 0,
+  slots_in_use: 0,
+  waiting: 0,
+  kv_tokens_used: 0,
+  kv_tokens_total: 0,
+  prefix_lookups: 0,
+  prefix_hit_tokens: 0,
+  prefix_lookup_tokens: 0,
+  worker_pid: null,
+  worker_restarts: 0,
+};
+
+/**
+ * Stands in for the engine while the model is still being pulled, so the server can listen
+ * at once and answer "loading"; afterwards every call goes to the real engine.
+ */
+export class DeferredEngine implements Engine {
+  private inner: Engine | null = null;
+  constructor(private placeholder: ModelInfo) {}
+  attach(engine: Engine): void {
+    this.inner = engine;
+  }
+  get state(): Engine["state"] {
+    return this.inner?.state ?? "loading";
+  }
+  get model(): ModelInfo {
+    return this.inner?.model ?? this.placeholder;
+  }
+  countTokens(input: GenerationRequest["input"]): Promise<number> {
+    if (!this.inner) return Promise.reject(new ApiError("loading", undefined, { retry_after: 10 }));
+    return this.inner.countTokens(input);
+  }
+  submit(req: GenerationRequest, signal?: AbortSignal): AsyncIterable<GenerationEvent> {
+    if (!this.inner) throw new ApiError("loading", undefined, { retry_after: 10 });
+    return this.inner.submit(req, signal);
+  }
+  stats(): EngineStats {
+    return this.inner?.stats() ?? { ...EMPTY_STATS, slots_total: this.placeholder.slots, kv_tokens_total: this.placeholder.slots * this.placeholder.n_ctx };
+  }
+}
+
+async function checkDevice(device: "cpu" | "cuda"): Promise<void> {
+  if (device === "cpu") return;
+  let cuda = false;
+  try {
+    const { loadAddon } = await import("./engine/native.js");
+    cuda = (loadAddon() as unknown as { cuda?: boolean }).cuda === true;
+  } catch (e) {
+    throw new UsageError(`--device cuda: the native addon cannot be loaded (${(e as Error).message})`);
+  }
+  if (!cuda) throw new UsageError("--device cuda: this build of mashbox has no CUDA backend (the native addon was built for the CPU). Use --device cpu, or build with CUDA.");
+}
+
+async function cmdRun(args: string[]): Promise<number> {
+  const cfg = parseRunArgs(args);
+  if (args.includes("--help") || args.includes("-h")) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  let keys;
+  try {
+    keys = loadApiKeys({ file: cfg.api_key_file, env_key: process.env.MASHBOX_API_KEY });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (!isLoopback(cfg.host) && !keys) throw new UsageError(keysRequiredMessage(cfg.host));
+  await checkDevice(cfg.device);
+  const ref = resolveModel(cfg.model);
+  const model_id = ref.kind === "registry" ? ref.entry.id : ref.id;
+
+  const deferred = new DeferredEngine({
+    id: model_id,
+    path: ref.path,
+    architecture: "",
+    n_ctx: cfg.n_ctx,
+    n_ctx_train: 0,
+    slots: cfg.n_slots,
+    n_vocab: 0,
+    file_bytes: 0,
+    bpw: 0,
+    chat_template: null,
+    bos_token: null,
+    eos_token: null,
+  });
+  const { createApp } = await import("./server.js");
+  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib });
+  const { url } = await app.listen(cfg.port, cfg.host);
+  process.stderr.write(`mashbox: listening on ${url} — ${model_id}, loading (answers 503/529 until ready)${keys ? `, ${keys.size} API key(s)` : ""}\n`);
+
+  let closing = false;
+  let engineClose: (() => Promise<void>) | null = null;
+  const shutdown = async (code: number) => {
+    if (closing) return;
+    closing = true;
+    await app.close().catch(() => {});
+    if (engineClose) await engineClose().catch(() => {});
+    process.exit(code);
+  };
+  process.once("SIGINT", () => void shutdown(130));
+  process.once("SIGTERM", () => void shutdown(143));
+
+  try {
+    if (ref.kind === "registry" && !ref.present) await pull(ref.entry);
+    const { createEngine } = await import("./engine/engine.js");
+    const engine = createEngine({ model_path: ref.path, model_id, n_ctx: cfg.n_ctx, n_slots: cfg.n_slots, n_threads: cfg.n_threads });
+    engineClose = () => engine.close();
+    deferred.attach(engine);
+    await engine.ready();
+  } catch (e) {
+    process.stderr.write(`mashbox: ${(e as Error).message}\n`);
+    await shutdown(1);
+    return 1;
+  }
+  process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${cfg.n_threads} threads)\n`);
+  return new Promise<number>(() => {}); // serves until a signal
+}
+
+async function cmdPull(args: string[]): Promise<number> {
+  const { positionals } = parseArgs({ args, allowPositionals: true, strict: true, options: {} });
+  const reg = readRegistry();
+  const id = positionals[0] ?? reg.default;
+  const entry = findModel(reg, id);
+  if (!entry) throw new UsageError(`unknown model '${id}': pull knows ${reg.models.map((m) => m.id).join(", ")}`);
+  const path = await pull(entry);
+  process.stdout.write(path + "\n");
+  return 0;
+}
+
+function cmdModels(): number {
+  const reg = readRegistry();
+  const rows = reg.models.map((m) => [m.id + (m.id === reg.default ? " (default)" : ""), isPresent(m) ? "present" : "not pulled", isPresent(m) ? localPath(m) : `${m.source.package}==${m.source.version} (PyPI)`, m.description]);
+  const widths = [0, 1, 2].map((i) => Math.max(...rows.map((r) => r[i].length), 2));
+  for (const r of rows) process.stdout.write(`${r[0].padEnd(widths[0])}  ${r[1].padEnd(widths[1])}  ${r[2].padEnd(widths[2])}  ${r[3]}\n`);
+  return 0;
+}
+
+/** Runs the CLI; resolves with the exit code (run resolves only on failure). */
+export async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  try {
+    if (cmd === undefined || cmd === "--help" || cmd === "-h" || cmd === "help") {
+      process.stdout.write(USAGE);
+      return cmd === undefined ? 2 : 0;
+    }
+    if (rest.includes("--help") || rest.includes("-h")) {
+      process.stdout.write(USAGE);
+      return 0;
+    }
+    if (cmd === "run") return await cmdRun(rest);
+    if (cmd === "pull") return await cmdPull(rest);
+    if (cmd === "models") return cmdModels();
+    throw new UsageError(`unknown command '${cmd}'`);
+  } catch (e) {
+    const usage = e instanceof UsageError || (e as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
+    process.stderr.write(`mashbox: ${(e as Error).message}\n${usage ? "Run mashbox --help for the options.\n" : ""}`);
+    return usage ? 2 : 1;
+  }
+}

@@ -1,0 +1,33 @@
+// Defaults and small predicates shared by the CLI, the server and the test harness, so that
+// "what is loopback" and "which port" are decided in one place.
+import { homedir } from "node:os";
+import { join } from "node:path";
+
+export const DEFAULTS = {
+  host: "127.0.0.1",
+  port: 8000,
+  model: "smollm2-135m",
+  n_ctx: 4096,
+  n_slots: 4,
+  cache_ram_mib: 0,
+} as const;
+
+/** Where `mashbox pull` keeps models; MASHBOX_HOME moves it (tests, read-only homes). */
+export function cacheDir(): string {
+  return process.env.MASHBOX_HOME ? join(process.env.MASHBOX_HOME, "models") : join(homedir(), ".cache", "mashbox", "models");
+}
+
+/** Bracket-free form of a host ("[::1]" → "::1") lowercased, for comparisons. */
+export function bareHost(host: string): string {
+  const h = host.trim().toLowerCase();
+  return h.startsWith("[") && h.endsWith("]") ? h.slice(1, -1) : h;
+}
+
+/**
+ * Whether binding to `host` keeps the server reachable from this machine only. Keys are
+ * mandatory otherwise, since anyone on the network could then spend the device.
+ */
+export function isLoopback(host: string): boolean {
+  const h = bareHost(host);
+  return h === "localhost" || h === "::1" || /^127(\.\d{1,3}){3}$/.test(h);
+}

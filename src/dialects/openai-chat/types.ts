@@ -1,0 +1,27 @@
+// Wire shapes of OpenAI Chat Completions, straight from openapi.json (src/generated): the body
+// has been validated against them before a handler runs.
+import type { components } from "../../generated/types.js";
+
+type S = components["schemas"];
+export type ChatCompletionRequest = S["ChatCompletionRequest"];
+export type ChatMessage = S["ChatMessage"];
+export type ChatCompletion = S["ChatCompletion"];
+export type ChatCompletionChunk = S["ChatCompletionChunk"];
+export type ChatUsage = S["ChatUsage"];
+export type ChatTimings = S["ChatTimings"];
+export type StreamError = S["StreamError"];
+
+/** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
+export interface RequestContext {
+  id: string;
+  tenant?: string;
+  session?: string;
+  scripted_text?: string;
+}
+
+/** What the encoders stamp on every object: chatcmpl-… id, served model id, unix seconds. */
+export interface RenderContext {
+  id: string;
+  model_id: string;
+  created: number;
+}

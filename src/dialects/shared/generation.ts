@@ -1,0 +1,49 @@
+// Running one generation for a handler: the bits every route repeats (metrics observation,
+// collecting a non-streamed answer, peeking at the first event before committing to a 200
+// stream). Engine-level only: no koa, no wire shapes.
+import type { Engine, GenerationEvent, GenerationRequest } from "../../engine/types.js";
+import type { AppDeps } from "../../handlers/types.js";
+
+/** Calls deps.observe.generation once, when the "done" event passes through. */
+export function observer(observe: AppDeps["observe"]): (ev: GenerationEvent) => void {
+  const t0 = performance.now();
+  let first: number | null = null;
+  return (ev) => {
+    if (first === null && (ev.type === "text" || ev.type === "thinking" || ev.type === "tool_call_start")) first = performance.now();
+    if (ev.type !== "done") return;
+    observe.generation({
+      finish_reason: ev.finish_reason,
+      prompt_tokens: ev.usage.prompt_tokens,
+      cached_tokens: ev.usage.cached_tokens,
+      completion_tokens: ev.usage.completion_tokens,
+      ttft_ms: first === null ? null : first - t0,
+      queue_ms: ev.timings.queue_ms,
+      e2e_ms: performance.now() - t0,
+    });
+  };
+}
+
+/** All events of a non-streamed request, up to and including "done" or "error". */
+export async function collect(engine: Engine, req: GenerationRequest, signal: AbortSignal, tap: (ev: GenerationEvent) => void): Promise<GenerationEvent[]> {
+  const events: GenerationEvent[] = [];
+  for await (const ev of engine.submit(req, signal)) {
+    tap(ev);
+    events.push(ev);
+    if (ev.type === "done" || ev.type === "error") break;
+  }
+  return events;
+}
+
+/**
+ * Starts a generation and waits for its first event, so that a request refused before it ran
+ * (queue full, prompt too long, loading) is answered with a JSON error, not a 200 stream.
+ */
+export async function startStream(
+  engine: Engine,
+  req: GenerationRequest,
+  signal: AbortSignal,
+): Promise<{ first: GenerationEvent | null; rest: AsyncIterator<GenerationEvent> }> {
+  const rest = engine.submit(req, signal)[Symbol.asyncIterator]();
+  const r = await rest.next();
+  return { first: r.done ? null : r.value, rest };
+}

@@ -1,0 +1,38 @@
+// The Health object GET /v1/health, /health and / answer with.
+import type { AppDeps } from "../handlers/types.js";
+import type { components } from "../generated/types.js";
+import { serverInfo } from "./server-info.js";
+
+type Health = components["schemas"]["Health"];
+
+export function isReady(deps: AppDeps): boolean {
+  return deps.engine.state === "ready";
+}
+
+export function healthBody(deps: AppDeps): Health {
+  const ready = isReady(deps);
+  const s = deps.engine.stats();
+  const info = serverInfo(deps);
+  const body: Health = {
+    status: ready ? "ok" : "loading",
+    live_rows: ready ? s.slots_in_use : null,
+    waiting: s.waiting,
+    // The engine keeps prompt state only inside its slots (no host-memory prompt cache yet),
+    // so these byte counts are honestly zero, not unknown.
+    cache_bytes: 0,
+    host_cache_bytes: 0,
+    snapshot_bytes: 0,
+    host_cache_cap_bytes: info.cache_ram_mib * 1024 * 1024,
+    host_cache_evictions: 0,
+    cache_namespace: null,
+    deployment_id: null,
+    component_set_sha: null,
+    certification: "not-applicable (cpu build)",
+    // Precompiled kernels only: once ready, nothing is ever compiled.
+    compiles_after_ready: ready ? 0 : null,
+    routed_experts: null,
+    worker_restarts: s.worker_restarts,
+  };
+  if (s.worker_pid !== null) body.worker_pid = s.worker_pid;
+  return body;
+}

