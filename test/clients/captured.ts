@@ -2,7 +2,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
-export const CLIENTS_DIR = process.env.MASHBOX_CLIENTS_DIR ?? "/work/shared/spec/clients";
+export const CLIENTS_DIR = process.env.MASHBOX_CLIENTS_DIR ?? new URL("../../../shared/spec/clients", import.meta.url).pathname;
 
 export interface CapturedRequest {
   /** file:line, for test names. */

