@@ -1,7 +1,20 @@
 // Defaults and small predicates shared by the CLI, the server and the test harness, so that
 // "what is loopback" and "which port" are decided in one place.
+import { existsSync } from "node:fs";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** A file at the package root (models.json, openapi.json), found from src/ or from dist/src/. */
+export function packageFile(name: string): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 3; i++) {
+    dir = dirname(dir);
+    const p = join(dir, name);
+    if (existsSync(p)) return p;
+  }
+  throw new Error(`${name} not found at the mashbox package root`);
+}
 
 export const DEFAULTS = {
   host: "127.0.0.1",

@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cacheDir } from "./config.js";
+import { cacheDir, packageFile } from "./config.js";
 
 export interface PypiSource {
   type: "pypi";
@@ -26,18 +26,8 @@ export interface Registry {
   models: RegistryEntry[];
 }
 
-/** models.json at the package root: one level up from src/, two from dist/src/. */
-function registryPath(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 3; i++) {
-    dir = dirname(dir);
-    const p = join(dir, "models.json");
-    if (existsSync(p)) return p;
-  }
-  throw new Error("models.json not found next to the mashbox package");
-}
 
-export function readRegistry(path = registryPath()): Registry {
+export function readRegistry(path = packageFile("models.json")): Registry {
   const raw = JSON.parse(readFileSync(path, "utf8")) as { default: string; models: Record<string, Omit<RegistryEntry, "id">> };
   return { default: raw.default, models: Object.entries(raw.models).map(([id, m]) => ({ id, ...m })) };
 }

@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { packageFile } from "../config.js";
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 
 type Json = Record<string, any>;
@@ -16,7 +17,7 @@ const DOC_ID = "mashbox:openapi";
 const METHODS = ["get", "head", "post", "put", "patch", "delete", "options"] as const;
 
 /** openapi.json at the repository root. */
-export function readOpenapiDocument(path = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "openapi.json")): Json {
+export function readOpenapiDocument(path = packageFile("openapi.json")): Json {
   return JSON.parse(readFileSync(path, "utf8"));
 }
 
