@@ -6,8 +6,6 @@
 // by JSON pointer into the document itself, so a $ref inside any schema resolves the way it does
 // for every other OpenAPI tool.
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { packageFile } from "../config.js";
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 
