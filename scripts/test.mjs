@@ -31,9 +31,9 @@ const mochaCounts = (out) => ({
   failed: Number(out.match(/(\d+) failing/)?.[1] ?? 0),
 });
 const schemathesisCounts = (out) => {
-  const m = out.match(/(\d+) passed/);
-  const f = out.match(/(\d+) failed/);
-  return { passed: m ? Number(m[1]) : 0, failed: f ? Number(f[1]) : 0 };
+  // schemathesis 4 closes with "Test cases:\n  N generated, N passed[, N failed]".
+  const m = out.match(/(\d+) generated, (\d+) passed(?:, (\d+) failed)?/);
+  return m ? { passed: Number(m[2]), failed: Number(m[3] ?? 0) } : { passed: 0, failed: 0 };
 };
 
 // Make a fresh checkout testable with this one command: build, Python tools, models, fixtures.
