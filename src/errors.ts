@@ -87,3 +87,9 @@ export function badField(field: string, why: string): ApiError {
 export function unsupported(field: string, why: string): ApiError {
   return new ApiError("unsupported_field", `${field} is not supported: ${why}`, { param: field });
 }
+
+/** An engine "error" event (or a refusal before the first event) as a catalog error. */
+export function fromEngineError(ev: { code: string; message: string }): ApiError {
+  const code = (ev.code in ERROR_CATALOG ? ev.code : "engine_error") as ErrorCode;
+  return new ApiError(code, ev.message);
+}

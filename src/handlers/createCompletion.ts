@@ -1,52 +1,19 @@
-import { CompletionStreamEncoder, engineError, fromInternal, toInternal, type CompletionRequest } from "../dialects/openai-completions/index.js";
-import { collect, observer, startStream } from "../dialects/shared/generation.js";
-import type { GenerationEvent } from "../engine/types.js";
-import { ApiError } from "../errors.js";
-import { openSse } from "../http/sse.js";
+import { CompletionStreamEncoder, fromInternal, toInternal, type CompletionRequest } from "../dialects/openai-completions/index.js";
 import { assertModel, newId, requestContext } from "./common.js";
+import { runGeneration } from "./run.js";
 import type { Handler } from "./types.js";
 
 export const createCompletion: Handler = async (api, ctx, deps) => {
   const body = api.request.requestBody as CompletionRequest;
   assertModel(deps, body.model);
   const id = newId("cmpl-");
-  const req = toInternal(body, { id, ...requestContext(ctx) });
   const rc = { id, model_id: deps.model_id, created: Math.floor(Date.now() / 1000) };
-  const tap = observer(deps.observe);
-  const abort = new AbortController();
-  ctx.res.once("close", () => {
-    if (!ctx.res.writableEnded) abort.abort();
+  const include_usage = (body as { stream_options?: { include_usage?: boolean } | null }).stream_options?.include_usage === true;
+  await runGeneration(ctx, deps, toInternal(body, { id, ...requestContext(ctx) }), {
+    stream: body.stream === true,
+    whole: (events) => fromInternal(events, rc),
+    encoder: () => new CompletionStreamEncoder(rc, { include_usage }),
   });
-
-  if (!body.stream) {
-    ctx.body = fromInternal(await collect(deps.engine, req, abort.signal, tap), rc);
-    return;
-  }
-  const { first, rest } = await startStream(deps.engine, req, abort.signal);
-  if (first === null) throw engineError({ code: "engine_error", message: "The generation ended without a result." });
-  if (first.type === "error") throw engineError(first);
-  const sse = openSse(ctx);
-  sse.signal.addEventListener("abort", () => abort.abort());
-  const enc = new CompletionStreamEncoder(rc, { include_usage: (body as { stream_options?: { include_usage?: boolean } | null }).stream_options?.include_usage === true });
-  const send = (ev: GenerationEvent) => {
-    tap(ev);
-    sse.write(enc.push(ev));
-  };
-  send(first);
-  // Koa sends the body only after the handler returns, so the stream is pumped in the background.
-  void (async () => {
-    try {
-      for (let r = await rest.next(); !r.done && !enc.ended; r = await rest.next()) send(r.value);
-      // An iterator that stops without "done"/"error" still gets a closed stream ([DONE]).
-      if (!enc.ended && !abort.signal.aborted) sse.write(enc.end());
-    } catch (err) {
-      const e = err instanceof ApiError ? err : new ApiError("engine_error", (err as Error).message);
-      send({ type: "error", code: e.code, message: e.message });
-    } finally {
-      sse.end();
-      await rest.return?.().catch(() => undefined);
-    }
-  })();
 };
 
 export const handler = createCompletion;

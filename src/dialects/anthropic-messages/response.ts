@@ -1,5 +1,5 @@
 import type { FinishReason, GenerationEvent, Usage } from "../../engine/types.js";
-import { ApiError, type ErrorCode, ERROR_CATALOG } from "../../errors.js";
+import { ApiError, fromEngineError } from "../../errors.js";
 import { omitsThinking } from "./request.js";
 import { THINKING_SIGNATURE, type Message, type MessagesRequest, type MessageUsage, type RenderContext, type ResponseBlock, type StopReason } from "./types.js";
 
@@ -47,10 +47,7 @@ export function parseToolInput(args: string): Record<string, unknown> {
 }
 
 /** The engine's error event as the catalog error it names (engine_error when it names none). */
-export function engineError(ev: { code: string; message: string }): ApiError {
-  const code = (ev.code in ERROR_CATALOG ? ev.code : "engine_error") as ErrorCode;
-  return new ApiError(code, ev.message);
-}
+export const engineError = fromEngineError;
 
 /** A finished generation's events → the Messages response. Throws the engine's error, if any. */
 export function fromInternal(events: GenerationEvent[], body: MessagesRequest, rc: RenderContext): Message {

@@ -1,5 +1,5 @@
 import type { FinishReason, Timings, Usage } from "../../engine/types.js";
-import { ApiError, type ErrorCode, ERROR_CATALOG } from "../../errors.js";
+import { fromEngineError } from "../../errors.js";
 import type { ChatUsage, StreamError } from "./types.js";
 
 /** Chat Completions knows stop / length / tool_calls; a stop string is a plain "stop" there. */
@@ -28,10 +28,7 @@ export function callId(engine_id: string): string {
 }
 
 /** The engine's error event as the catalog error it names (engine_error when it names none). */
-export function engineError(ev: { code: string; message: string }): ApiError {
-  const code = (ev.code in ERROR_CATALOG ? ev.code : "engine_error") as ErrorCode;
-  return new ApiError(code, ev.message);
-}
+export const engineError = fromEngineError;
 
 /** The data: payload that ends a stream which failed after it had sent output. */
 export function streamError(ev: { code: string; message: string }, request_id: string): StreamError {

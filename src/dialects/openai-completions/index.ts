@@ -1,7 +1,7 @@
 // OpenAI (legacy) Completions: a raw prompt continued without the chat template.
 import { createHash } from "node:crypto";
 import type { FinishReason, GenerationEvent, GenerationRequest } from "../../engine/types.js";
-import { ApiError, type ErrorCode, ERROR_CATALOG, badField } from "../../errors.js";
+import { badField, fromEngineError } from "../../errors.js";
 import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
 import { commonGenerationFields } from "../shared/request.js";
@@ -61,10 +61,7 @@ function finishReason(reason: FinishReason): "stop" | "length" {
   return reason === "length" ? "length" : "stop";
 }
 
-export function engineError(ev: { code: string; message: string }): ApiError {
-  const code = (ev.code in ERROR_CATALOG ? ev.code : "engine_error") as ErrorCode;
-  return new ApiError(code, ev.message);
-}
+export const engineError = fromEngineError;
 
 function base(rc: RenderContext): Omit<Completion, "choices"> {
   return { id: rc.id, object: "text_completion", created: rc.created, model: rc.model_id, system_fingerprint: systemFingerprint(rc.model_id) };

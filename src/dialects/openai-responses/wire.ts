@@ -1,5 +1,5 @@
 import type { FinishReason, Usage } from "../../engine/types.js";
-import { ApiError, type ErrorCode, ERROR_CATALOG } from "../../errors.js";
+import { fromEngineError } from "../../errors.js";
 import type { ResponseUsage } from "./types.js";
 
 /** The engine names calls neutrally; Responses clients expect call_… ids. */
@@ -22,7 +22,4 @@ export function isIncomplete(finish: FinishReason): boolean {
 }
 
 /** The engine's error event as the catalog error it names (engine_error when it names none). */
-export function engineError(ev: { code: string; message: string }): ApiError {
-  const code = (ev.code in ERROR_CATALOG ? ev.code : "engine_error") as ErrorCode;
-  return new ApiError(code, ev.message);
-}
+export const engineError = fromEngineError;

@@ -1,0 +1,61 @@
+// The part of a generation handler that is the same on every route: cancel on disconnect,
+// collect a non-streamed answer, or peek at the first event before committing to a 200 stream
+// and pump the rest through the dialect's encoder. Handlers supply only the dialect pieces.
+import type Koa from "koa";
+import { collect, observer, startStream } from "../dialects/shared/generation.js";
+import type { GenerationEvent, GenerationRequest } from "../engine/types.js";
+import { ApiError, fromEngineError } from "../errors.js";
+import { openSse, type SseFrame } from "../http/sse.js";
+import type { AppDeps } from "./types.js";
+
+export interface StreamEncoder {
+  push(ev: GenerationEvent): SseFrame[];
+  /** True once the encoder wrote its final frame (done or error); later events are dropped. */
+  readonly ended: boolean;
+}
+
+const UNFINISHED = { type: "error", code: "engine_error", message: "The generation ended without a result." } as const;
+
+export async function runGeneration(
+  ctx: Koa.Context,
+  deps: AppDeps,
+  req: GenerationRequest,
+  dialect: { stream: boolean; whole: (events: GenerationEvent[]) => unknown; encoder: () => StreamEncoder },
+): Promise<void> {
+  const tap = observer(deps.observe);
+  // The client leaving before the answer is written cancels the generation.
+  const abort = new AbortController();
+  ctx.res.once("close", () => {
+    if (!ctx.res.writableEnded) abort.abort();
+  });
+
+  if (!dialect.stream) {
+    ctx.body = dialect.whole(await collect(deps.engine, req, abort.signal, tap));
+    return;
+  }
+  const { first, rest } = await startStream(deps.engine, req, abort.signal);
+  if (first === null) throw fromEngineError(UNFINISHED);
+  if (first.type === "error") throw fromEngineError(first);
+  const sse = openSse(ctx);
+  sse.signal.addEventListener("abort", () => abort.abort());
+  const enc = dialect.encoder();
+  const send = (ev: GenerationEvent) => {
+    tap(ev);
+    sse.write(enc.push(ev));
+  };
+  send(first);
+  // Koa sends the body only after the handler returns, so the stream is pumped in the background.
+  void (async () => {
+    try {
+      for (let r = await rest.next(); !r.done && !enc.ended; r = await rest.next()) send(r.value);
+      // An iterator that stops without "done"/"error" still ends the stream the dialect's way.
+      if (!enc.ended && !abort.signal.aborted) send(UNFINISHED);
+    } catch (err) {
+      const e = err instanceof ApiError ? err : new ApiError("engine_error", (err as Error).message);
+      send({ type: "error", code: e.code, message: e.message });
+    } finally {
+      sse.end();
+      await rest.return?.().catch(() => undefined);
+    }
+  })();
+}
