@@ -44,6 +44,8 @@ export interface AppOptions {
   validate_responses?: boolean;
   /** Tests: honour the x-mashbox-test-script header (scripted sampler). */
   test_hooks?: boolean;
+  /** Tests: quiet time before a stream's keep-alive frame (default SSE_KEEPALIVE_MS). */
+  sse_keepalive_ms?: number;
 }
 
 export interface MashboxApp {
@@ -80,6 +82,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     openapi_document: document,
     observe: metrics.observe,
     metrics_text: () => metrics.text(),
+    ...(opts.sse_keepalive_ms !== undefined ? { sse_keepalive_ms: opts.sse_keepalive_ms } : {}),
   };
   setServerInfo(deps, { ui: opts.ui === true, cache_ram_mib: opts.cache_ram_mib ?? 0, prefix_cache: true });
   const contract = opts.validate_responses ? new ContractRecorder(createResponseValidator(rawDoc), log) : null;

@@ -10,9 +10,18 @@ import type { AppDeps } from "./types.js";
 
 export interface StreamEncoder {
   push(ev: GenerationEvent): SseFrame[];
+  /**
+   * Frames that keep an idle stream alive (a long prefill sends nothing for minutes, and HTTP
+   * clients such as undici give up after 300 s without a byte). Dialects with a keep-alive
+   * event of their own (Anthropic's ping) return it; the default is an SSE comment.
+   */
+  keepalive?(): SseFrame[];
   /** True once the encoder wrote its final frame (done or error); later events are dropped. */
   readonly ended: boolean;
 }
+
+/** Quiet time on an open stream before a keep-alive frame is sent. */
+export const SSE_KEEPALIVE_MS = 15_000;
 
 const UNFINISHED = { type: "error", code: "engine_error", message: "The generation ended without a result." } as const;
 
@@ -39,11 +48,20 @@ export async function runGeneration(
   const sse = openSse(ctx);
   sse.signal.addEventListener("abort", () => abort.abort());
   const enc = dialect.encoder();
+  let last_write = Date.now();
   const send = (ev: GenerationEvent) => {
     tap(ev);
     sse.write(enc.push(ev));
+    last_write = Date.now();
   };
   send(first);
+  const quiet_ms = deps.sse_keepalive_ms ?? SSE_KEEPALIVE_MS;
+  const keepalive = setInterval(() => {
+    if (enc.ended || Date.now() - last_write < quiet_ms) return;
+    sse.write(enc.keepalive?.() ?? [{ comment: "keep-alive" }]);
+    last_write = Date.now();
+  }, Math.max(10, Math.floor(quiet_ms / 3)));
+  keepalive.unref();
   // Koa sends the body only after the handler returns, so the stream is pumped in the background.
   void (async () => {
     try {
@@ -54,6 +72,7 @@ export async function runGeneration(
       const e = err instanceof ApiError ? err : new ApiError("engine_error", (err as Error).message);
       send({ type: "error", code: e.code, message: e.message });
     } finally {
+      clearInterval(keepalive);
       sse.end();
       await rest.return?.().catch(() => undefined);
     }

@@ -14,6 +14,8 @@ export interface AppDeps {
     /** Called once per finished generation with its finish reason and timings. */
     generation(ev: { finish_reason: string; prompt_tokens: number; cached_tokens: number; completion_tokens: number; ttft_ms: number | null; queue_ms: number; e2e_ms: number }): void;
   };
+  /** Quiet time before an open stream gets a keep-alive frame (tests shorten it); default SSE_KEEPALIVE_MS. */
+  sse_keepalive_ms?: number;
   /** Renders the Prometheus text for GET /metrics. */
   metrics_text(): Promise<string>;
 }

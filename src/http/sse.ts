@@ -7,7 +7,13 @@ export interface SseFrame {
   data: unknown; // objects are JSON-encoded; strings (e.g. "[DONE]") are sent as they are
 }
 
-export function formatSse(frame: SseFrame): string {
+/** A comment line: clients skip it, but its bytes keep idle timers from firing. */
+export interface SseComment {
+  comment: string;
+}
+
+export function formatSse(frame: SseFrame | SseComment): string {
+  if ("comment" in frame) return `: ${frame.comment}\n\n`;
   const data = typeof frame.data === "string" ? frame.data : JSON.stringify(frame.data);
   return (frame.event ? `event: ${frame.event}\n` : "") + `data: ${data}\n\n`;
 }
@@ -16,7 +22,7 @@ export function formatSse(frame: SseFrame): string {
 export const STALLED_READER_MS = 30_000;
 
 export interface SseWriter {
-  write(frames: SseFrame[]): void;
+  write(frames: Array<SseFrame | SseComment>): void;
   end(): void;
   /** Aborts when the client disconnects or stops reading for STALLED_READER_MS. */
   readonly signal: AbortSignal;

@@ -10,6 +10,8 @@ export interface FakeEngineScript {
   /** Events yielded, one per tick; an ApiError entry is thrown from the iterator instead. */
   events: Array<GenerationEvent | ApiError>;
   prompt_tokens?: number;
+  /** Delay before each event (default 1 ms); a long one stands in for a slow prefill. */
+  tick_ms?: number;
 }
 
 export function fakeEngine(script: FakeEngineScript, seen: GenerationRequest[] = []): Engine {
@@ -36,7 +38,7 @@ export function fakeEngine(script: FakeEngineScript, seen: GenerationRequest[] =
       seen.push(req);
       return (async function* () {
         for (const ev of script.events) {
-          await new Promise((r) => setTimeout(r, 1));
+          await new Promise((r) => setTimeout(r, script.tick_ms ?? 1));
           if (signal?.aborted) return;
           if (ev instanceof ApiError) throw ev;
           yield ev;
@@ -60,7 +62,7 @@ export function fakeEngine(script: FakeEngineScript, seen: GenerationRequest[] =
   };
 }
 
-export async function serveHandler(handler: Handler, engine: Engine, dialect: ErrorDialect): Promise<{ url: string; generations: string[]; close(): Promise<void> }> {
+export async function serveHandler(handler: Handler, engine: Engine, dialect: ErrorDialect, overrides: Partial<AppDeps> = {}): Promise<{ url: string; generations: string[]; close(): Promise<void> }> {
   const generations: string[] = [];
   const deps: AppDeps = {
     engine,
@@ -68,6 +70,7 @@ export async function serveHandler(handler: Handler, engine: Engine, dialect: Er
     openapi_document: {},
     observe: { generation: (ev) => generations.push(ev.finish_reason) },
     metrics_text: async () => "",
+    ...overrides,
   };
   const app = new Koa();
   app.use(async (ctx, next) => {
@@ -98,7 +101,7 @@ export async function serveHandler(handler: Handler, engine: Engine, dialect: Er
 export function parseSse(text: string): Array<{ event?: string; data: any }> {
   return text
     .split("\n\n")
-    .filter((b) => b.trim() !== "")
+    .filter((b) => b.trim() !== "" && !b.split("\n").every((l) => l.startsWith(":")))
     .map((block) => {
       const lines = block.split("\n");
       const event = lines.find((l) => l.startsWith("event: "))?.slice(7);

@@ -97,6 +97,11 @@ export class MessagesStreamEncoder {
     return out;
   }
 
+  /** Anthropic's own keep-alive: the API sends ping events while a response is slow to come. */
+  keepalive(): SseFrame[] {
+    return this.started ? [this.frame("ping", {})] : [];
+  }
+
   private start(out: SseFrame[], ev: { prompt_tokens: number; cached_tokens: number }): void {
     this.started = true;
     this.usage = messageUsage({ prompt_tokens: ev.prompt_tokens, cached_tokens: ev.cached_tokens, completion_tokens: 0 });
