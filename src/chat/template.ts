@@ -191,6 +191,13 @@ function foldSystem(messages: TemplateMessage[]): TemplateMessage[] | null {
 /** The prompt text for a chat; tokenize it with parse_special = true. */
 export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions = {}): string {
   const add_generation_prompt = opts.add_generation_prompt ?? true;
+  // A conversation that ends with assistant text is a prefill (Anthropic's "put words in
+  // Claude's mouth", llama-server's assistant prefill): the answer continues that text, so the
+  // turn stays open instead of being closed by the template.
+  const last = chat.turns.at(-1);
+  if (add_generation_prompt && last?.role === "assistant" && last.content !== "" && !(last.tool_calls?.length ?? 0)) {
+    return renderChatPrompt({ ...chat, turns: chat.turns.slice(0, -1) }, model, opts) + last.content;
+  }
   const template = model.chat_template;
   // tool_choice "none": the model is not told about the tools at all.
   const tools = chat.tool_choice.type === "none" ? [] : chat.tools;

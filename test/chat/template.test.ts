@@ -35,6 +35,19 @@ const TOOL_HISTORY = chat({
 });
 
 describe("renderChatPrompt", () => {
+  it("continues a trailing assistant message (prefill) instead of closing it", () => {
+    const prefilled = renderChatPrompt(chat({ turns: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Sure, here is" }] }), SMOL);
+    expect(prefilled).to.equal(renderChatPrompt(chat({ turns: [{ role: "user", content: "Hi" }] }), SMOL) + "Sure, here is");
+    expect(prefilled.endsWith("<|im_start|>assistant\nSure, here is")).to.equal(true);
+    // a trailing assistant tool call is history, not a prefill
+    const called = renderChatPrompt(
+      chat({ tools: [WEATHER], turns: [{ role: "user", content: "Hi" }, { role: "assistant", content: "", tool_calls: [{ id: "c", name: "get_weather", arguments: "{}" }] }] }),
+      QWEN,
+    );
+    expect(called.endsWith("<|im_start|>assistant\n")).to.equal(true);
+    expect(called).to.include("<tool_call>");
+  });
+
   it("renders SmolLM2's own template, with its default system turn", () => {
     expect(renderChatPrompt(chat({ turns: [{ role: "user", content: "Hi" }] }), SMOL)).to.equal(
       "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",

@@ -26,9 +26,10 @@ function textOfBlocks(blocks: RequestBlock[], field: string, allowed: ReadonlySe
 }
 
 function toolResultText(block: ToolResultBlock, field: string): string {
-  if (block.content === undefined) return "";
-  if (typeof block.content === "string") return block.content;
-  return textOfBlocks(block.content as RequestBlock[], `${field}.content`, new Set());
+  const text =
+    block.content === undefined ? "" : typeof block.content === "string" ? block.content : textOfBlocks(block.content as RequestBlock[], `${field}.content`, new Set());
+  // Chat templates have no error flag on a tool turn; the model has to read the failure.
+  return block.is_error === true ? `Error: ${text}` : text;
 }
 
 /** Client tools only: Anthropic-hosted tools (versioned `type`) have no local implementation. */

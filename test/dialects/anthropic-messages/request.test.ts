@@ -143,6 +143,21 @@ describe("anthropic-messages toInternal", () => {
     );
   });
 
+  it("marks a failed tool_result (is_error) so the model reads the failure", () => {
+    const req = toInternal(
+      {
+        messages: [
+          user("run it"),
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "bash", input: {} }] },
+          user([{ type: "tool_result", tool_use_id: "toolu_1", content: "exit 1", is_error: true }]),
+        ],
+      },
+      ctx,
+    );
+    if (req.input.kind !== "chat") return expect.fail();
+    expect(req.input.chat.turns[2]).to.deep.equal({ role: "tool", tool_call_id: "toolu_1", name: "bash", content: "Error: exit 1" });
+  });
+
   it("refuses output_config.format but ignores effort and metadata", () => {
     rejects({ messages: [user("x")], output_config: { format: { type: "json_schema" } } }, "output_config.format", "unsupported_field");
     expect(() => toInternal({ messages: [user("x")], output_config: { effort: "high" }, metadata: { user_id: "u" } }, ctx)).to.not.throw();
