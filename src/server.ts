@@ -158,8 +158,12 @@ export function createApp(opts: AppOptions): MashboxApp {
     ctx.res.once("close", () => {
       const ms = (performance.now() - t0).toFixed(1);
       const session = ctx.state[STATE.session] as string | undefined;
-      log(`${ctx.method} ${ctx.path} ${ctx.status} ${ms}ms${session ? ` session=${session}` : ""}`);
-      metrics.http((ctx.state.mashbox_op as string | undefined) ?? "unmatched", ctx.status);
+      // A client that left before its answer was sent saw no status at all; koa's ctx.status
+      // would still say 404 (no body yet), so log nginx's 499 "client closed request".
+      const left = !ctx.res.writableFinished;
+      const status = left && !ctx.res.headersSent ? 499 : ctx.status;
+      log(`${ctx.method} ${ctx.path} ${status} ${ms}ms${left ? " client-closed" : ""}${session ? ` session=${session}` : ""}`);
+      metrics.http((ctx.state.mashbox_op as string | undefined) ?? "unmatched", status);
     });
     await next();
   });

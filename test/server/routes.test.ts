@@ -149,6 +149,23 @@ describe("server routes", function () {
     expect(s.logs.join("\n")).to.not.include("hi\"");
   });
 
+  it("logs a client that left before its answer as 499 client-closed, not as a 404", async () => {
+    const abort = new AbortController();
+    const pending = fetch(`${s.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 200, prompt_cache_key: "left-early" }),
+      signal: abort.signal,
+    }).catch(() => null);
+    await new Promise((r) => setTimeout(r, 150));
+    abort.abort();
+    await pending;
+    const t0 = Date.now();
+    let line: string | undefined;
+    while (!(line = s.logs.find((l) => l.includes("session=left-early"))) && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    expect(line).to.match(/^POST \/v1\/completions 499 [\d.]+ms client-closed session=left-early$/);
+  });
+
   it("x-mashbox-test-script drives the scripted sampler when test_hooks is on", async () => {
     const r = await postJson(`${s.url}/v1/completions`, { prompt: "x", max_tokens: 32 }, scriptHeader("Scripted ✓ text"));
     expect(r.status).to.equal(200);
