@@ -223,7 +223,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : d;
   }
 
-  // submit({id, prompt, max_tokens, sampling: {...}, script?})
+  // submit({id, prompt, max_tokens, sampling: {...}, grammar?, script?})
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     auto env = info.Env();
     if (!ready(env)) return env.Undefined();
@@ -249,6 +249,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
         r.sampling.seed = uint64_t(int64_t(s.Get("seed").As<Napi::Number>().Int64Value()));
       }
     }
+    // A grammar that fails to compile ends the request with an error event (scheduler.h).
+    if (o.Get("grammar").IsString()) r.grammar = o.Get("grammar").As<Napi::String>().Utf8Value();
     if (o.Has("script") && !o.Get("script").IsUndefined() && !o.Get("script").IsNull()) {
       r.scripted = true;
       r.script = read_ids(o.Get("script"));

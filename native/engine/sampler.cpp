@@ -34,16 +34,33 @@ void Sampler::apply_penalties(float* logits, int n_vocab) {
   }
 }
 
-int32_t Sampler::sample(float* logits, int n_vocab) {
+static int32_t argmax(const float* logits, int n_vocab) {
+  int32_t best = 0;
+  for (int i = 1; i < n_vocab; i++) if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+int32_t Sampler::sample(float* logits, int n_vocab, TokenConstraint* constraint) {
   apply_penalties(logits, n_vocab);
   if (p_.temperature <= 0.f) {
-    int32_t best = 0;
-    for (int i = 1; i < n_vocab; i++) if (logits[i] > logits[best]) best = i;
-    return best;
+    int32_t best = argmax(logits, n_vocab);
+    if (!constraint) return best;
+    // Greedy fast path: where the grammar is permissive (inside a JSON string) the unconstrained
+    // choice is usually allowed, and checking one token costs far less than masking the row.
+    if (constraint->allows(best)) return best;
+    constraint->mask(logits, n_vocab);
+    best = argmax(logits, n_vocab);
+    return logits[best] == -INFINITY ? -1 : best;
   }
+  // Constrained sampling masks first, then runs the normal chain over the allowed tokens only
+  // (the filters then see the grammar's distribution, as in llama.cpp).
+  if (constraint) constraint->mask(logits, n_vocab);
   cands_.resize(n_vocab);
-  for (int i = 0; i < n_vocab; i++) cands_[i] = {logits[i], i};
-  size_t n = cands_.size();
+  size_t n = 0;
+  for (int i = 0; i < n_vocab; i++)
+    if (!constraint || logits[i] != -INFINITY) cands_[n++] = {logits[i], i};
+  if (n == 0) return -1;
+  cands_.resize(n);
   size_t sorted = 0;  // cands_[0, sorted) is in descending order and holds the largest logits
   auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit; };
   // llama.cpp chain order: top_k -> top_p -> min_p -> temperature -> dist. Sorting all V logits

@@ -22,11 +22,21 @@ struct SamplerParams {
   uint64_t seed = 0;
 };
 
+// Which tokens may come next (grammar-constrained decoding, see grammar.h). The sampler asks
+// allows() about single tokens on the greedy fast path and mask()s the whole row otherwise.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int32_t tok) = 0;
+  virtual void mask(float* logits, int n_vocab) = 0;  // rejected tokens' logits -> -inf
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
-  // Picks a token from logits [V]; logits is used as scratch and left modified.
-  int32_t sample(float* logits, int n_vocab);
+  // Picks a token from logits [V]; logits is used as scratch and left modified. With a
+  // constraint, only a token it allows; -1 when it allows none.
+  int32_t sample(float* logits, int n_vocab, TokenConstraint* constraint = nullptr);
   // Records a token in the penalty window (prompt tokens too, as llama-server does).
   void accept(int32_t tok);
   const SamplerParams& params() const { return p_; }

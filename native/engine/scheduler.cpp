@@ -21,6 +21,7 @@ struct Scheduler::Seq {
   size_t script_pos = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
+  std::unique_ptr<GrammarConstraint> grammar;  // null = unconstrained
 };
 
 // Below this many extra tokens a prefix copy from a running slot is not worth its memory traffic.
@@ -145,6 +146,20 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     waiting_.pop_front();
     const auto now = Clock::now();
     const auto& prompt = s->req.prompt;
+    if (!s->req.grammar.empty() && !s->req.scripted) {
+      // Compiled here, on the scheduler thread, so a bad grammar is an Error event for this
+      // request alone (never an exception on the caller's thread).
+      try {
+        s->grammar = std::make_unique<GrammarConstraint>(Grammar::parse(s->req.grammar), trie());
+      } catch (const std::exception& e) {
+        EngineEvent ev;
+        ev.kind = EngineEvent::Error;
+        ev.id = s->req.id;
+        ev.message = std::string("invalid grammar: ") + e.what();
+        out.push_back(std::move(ev));
+        continue;
+      }
+    }
     if (prompt.empty() || int(prompt.size()) > opts_.n_ctx) {
       EngineEvent ev;
       ev.kind = EngineEvent::Error;
@@ -239,6 +254,33 @@ void Scheduler::finish(Seq& s, const char* reason, std::vector<EngineEvent>& out
   s.slot = -1;
 }
 
+void Scheduler::fail(Seq& s, const std::string& message, std::vector<EngineEvent>& out) {
+  EngineEvent ev;
+  ev.kind = EngineEvent::Error;
+  ev.id = s.req.id;
+  ev.message = message;
+  out.push_back(std::move(ev));
+  s.done = true;
+  if (s.slot >= 0) slots_[s.slot].seq = nullptr;  // the K/V written so far is still valid
+  s.slot = -1;
+}
+
+const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
+  if (!trie_) {
+    // Pieces exactly as the detokenizer emits them, so the grammar sees the bytes the client
+    // gets. Control tokens render as nothing and so stay out of the trie.
+    const int32_t nv = tok_->n_vocab();
+    std::vector<std::string> pieces(static_cast<size_t>(nv));
+    std::vector<uint8_t> eog(static_cast<size_t>(nv), 0);
+    for (int32_t i = 0; i < nv; i++) {
+      pieces[size_t(i)] = tok_->piece(i, false);
+      eog[size_t(i)] = tok_->is_eog(i) ? 1 : 0;
+    }
+    trie_ = std::make_shared<const TokenTrie>(pieces, eog);
+  }
+  return trie_;
+}
+
 void Scheduler::step(std::vector<EngineEvent>& out) {
   admit(out);
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
@@ -307,7 +349,18 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       if (s.script_pos >= s.req.script.size()) { finish(s, "stop", out); continue; }
       tok = s.req.script[s.script_pos++];
     } else {
-      tok = s.sampler.sample(row, n_vocab_);
+      tok = s.sampler.sample(row, n_vocab_, s.grammar.get());
+      if (tok < 0) {
+        // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
+        // can spell; end the request rather than spin.
+        const std::string why = s.grammar && !s.grammar->error().empty() ? s.grammar->error() : "no token of the vocabulary can continue it";
+        fail(s, "grammar: generation cannot continue: " + why, out);
+        continue;
+      }
+      if (s.grammar && !s.grammar->accept(tok)) {
+        fail(s, "grammar: the sampled token was rejected (internal error)", out);
+        continue;
+      }
     }
     s.sampler.accept(tok);
     s.t_last = now;
@@ -328,6 +381,9 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     }
     out.push_back(std::move(ev));
     if (s.req.scripted && s.script_pos >= s.req.script.size()) finish(s, "stop", out);
+    // The grammar is complete and allows nothing more: stop now instead of spending a step on
+    // an end-of-generation token (which also covers vocabularies without one).
+    else if (s.grammar && s.grammar->finished()) finish(s, "stop", out);
     else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
     else if (int(slots_[s.slot].cached.size()) >= opts_.n_ctx) finish(s, "length", out);
     else s.pending = tok;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "grammar.h"
 #include "sampler.h"
 
 namespace mb {
@@ -30,6 +31,9 @@ struct EngineRequest {
   int max_tokens = -1;             // -1 = until the end of the slot's context
   bool scripted = false;           // emit `script` instead of sampling (tests)
   std::vector<int32_t> script;
+  // GBNF-style grammar (grammar.h) the output must match; empty = unconstrained. A grammar that
+  // does not compile ends the request with an Error event. Ignored for scripted requests.
+  std::string grammar;
 };
 
 struct EngineEvent {
@@ -97,6 +101,8 @@ class Scheduler {
   void step(std::vector<EngineEvent>& out);
   void admit(std::vector<EngineEvent>& out);
   void finish(Seq& s, const char* reason, std::vector<EngineEvent>& out);
+  void fail(Seq& s, const std::string& message, std::vector<EngineEvent>& out);
+  const std::shared_ptr<const TokenTrie>& trie();
   void publish_stats();
 
   std::unique_ptr<Model> model_;
@@ -117,6 +123,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Seq>> running_;   // admission order
   std::vector<Slot> slots_;                     // [S]
   std::vector<float> logits_;                   // [S, V] (at most one wanted row per sequence)
+  std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   int64_t prefix_lookups_ = 0, prefix_hit_tokens_ = 0, prefix_lookup_tokens_ = 0, steps_ = 0;
   std::thread thread_;
 };

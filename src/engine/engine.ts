@@ -23,6 +23,7 @@ import type { FromWorker, ToWorker, WorkerReject, WorkerSubmit } from "./worker.
 import type { NativeEvent, NativeModelInfo, NativeStats } from "./native.js";
 import { renderChatPrompt, promptOpensThinking } from "../chat/template.js";
 import { OutputParser } from "../chat/parser.js";
+import { forcedTools, toolCallGrammar } from "../chat/tool-grammar.js";
 
 export interface EngineOptions {
   model_path: string;
@@ -142,6 +143,8 @@ interface Job {
   prompt_text: string;
   add_special: boolean;
   starts_in_thinking: boolean;
+  /** Output grammar for a forced tool choice (src/chat/tool-grammar.ts); undefined = free. */
+  grammar: string | undefined;
   parser: OutputParser | null;
   held: string; // generated text not yet released (possible partial stop match)
   prompt_tokens: number;
@@ -350,11 +353,26 @@ class WorkerEngine implements ManagedEngine {
     });
   }
 
-  private async promptOf(input: GenerationRequest["input"]): Promise<{ text: string; add_special: boolean; starts_in_thinking: boolean }> {
+  private async promptOf(
+    input: GenerationRequest["input"],
+  ): Promise<{ text: string; add_special: boolean; starts_in_thinking: boolean; grammar?: string }> {
     if (input.kind === "text") return { text: input.text, add_special: true, starts_in_thinking: false };
-    const text = renderChatPrompt(input.chat, this.model, { add_generation_prompt: true });
+    // A forced tool choice (required / any / a named tool) constrains decoding to one well-formed
+    // call (src/chat/tool-grammar.ts); the prompt still asks for it (src/chat/template.ts).
+    // Thinking is switched off for that turn rather than allowed as a free <think> prefix: an
+    // unconstrained think block has no end but max_tokens, and a small model may never close
+    // it, so the call would never come (Anthropic likewise refuses thinking with forced tools).
+    const forced = forcedTools(input.chat);
+    const chat = forced ? { ...input.chat, enable_thinking: false } : input.chat;
+    const text = renderChatPrompt(chat, this.model, { add_generation_prompt: true });
     // Templates that open the think block themselves start the answer inside it.
-    return { text, add_special: true, starts_in_thinking: promptOpensThinking(text) };
+    const starts_in_thinking = promptOpensThinking(text);
+    return {
+      text,
+      add_special: true,
+      starts_in_thinking,
+      ...(forced ? { grammar: toolCallGrammar(forced, { starts_in_thinking }) } : {}),
+    };
   }
 
   async countTokens(input: GenerationRequest["input"]): Promise<number> {
@@ -410,6 +428,7 @@ class WorkerEngine implements ManagedEngine {
       prompt_text: "",
       add_special: true,
       starts_in_thinking: false,
+      grammar: undefined,
       parser: null,
       held: "",
       prompt_tokens: 0,
@@ -442,6 +461,7 @@ class WorkerEngine implements ManagedEngine {
       job.prompt_text = p.text;
       job.add_special = p.add_special;
       job.starts_in_thinking = p.starts_in_thinking;
+      job.grammar = p.grammar;
     } catch (e) {
       this.preparing.delete(job);
       job.finished = true;
@@ -494,6 +514,7 @@ class WorkerEngine implements ManagedEngine {
         // A random seed is drawn here so a resend after a crash would be as random as a first try.
         seed: s.seed ?? Math.floor(Math.random() * 0xffffffff),
       },
+      ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
       script_text: job.req.scripted_text,
     };
     this.send({ t: "submit", req: sub });

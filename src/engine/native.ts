@@ -48,6 +48,11 @@ export interface NativeRequest {
   prompt: number[] | Int32Array;
   max_tokens: number; // -1 = until the end of the context
   sampling: NativeSampling;
+  /**
+   * GBNF-style grammar (native/engine/grammar.h) the output must match; absent or "" =
+   * unconstrained. One that does not compile ends the request with an error event.
+   */
+  grammar?: string;
   /** Test-only: emit these ids instead of sampling. */
   script?: number[] | Int32Array;
 }

@@ -17,6 +17,8 @@ export interface WorkerSubmit {
   parse_special: boolean;
   max_tokens: number;
   sampling: NativeSampling;
+  /** Output grammar (see NativeRequest.grammar); absent = unconstrained. */
+  grammar?: string;
   /** Test-only scripted output, tokenized without specials. */
   script_text?: string;
 }
@@ -111,7 +113,7 @@ function main(): void {
           break;
         }
         active++;
-        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, script });
+        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, script });
         break;
       }
       case "cancel":

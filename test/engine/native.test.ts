@@ -80,6 +80,30 @@ describe("native addon", function () {
     expect(st.kv_tokens_total).to.equal(3 * 2048);
   });
 
+  it("constrains decoding to a grammar; a malformed one is an error event, not a crash", async () => {
+    const grammar = String.raw`root ::= "{\"ok\": " ( "true" | "false" ) ", \"n\": " [1-9] [0-9]{0,2} "}"`;
+    const shape = /^\{"ok": (true|false), "n": [1-9][0-9]{0,2}\}$/;
+    for (const [i, temperature] of [0, 1, 1.5].entries()) {
+      const evs = await run(30 + i, { grammar, max_tokens: 64, sampling: { temperature, top_k: 0, top_p: 1, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0, seed: i } });
+      const done = evs.at(-1) as Extract<NativeEvent, { type: "done" }>;
+      const text = evs.map((e) => (e.type === "token" || e.type === "done" ? e.text : "")).join("");
+      expect(text).to.match(shape);
+      // Complete with nothing left to add: it stops there, without sampling an EOG token.
+      expect(done.finish).to.equal("stop");
+      expect(done.completion_tokens).to.equal(evs.filter((e) => e.type === "token").length);
+    }
+    const bad = await run(40, { grammar: 'root ::= "unterminated' });
+    expect(bad.map((e) => e.type)).to.deep.equal(["error"]);
+    expect((bad[0] as { message: string }).message).to.match(/^invalid grammar: grammar: line 1 col 10: unterminated string literal/);
+    const undef = await run(41, { grammar: "root ::= missing" });
+    expect((undef[0] as { message: string }).message).to.include("undefined rule 'missing'");
+    // The engine goes on serving, constrained or not.
+    const after = await run(42, {});
+    expect((after.at(-1) as { finish: string }).finish).to.equal("length");
+    const empty = await run(43, { grammar: "" });
+    expect((empty.at(-1) as { finish: string }).finish).to.equal("length");
+  });
+
   it("rejects bad token ids", () => {
     expect(() => eng.submit({ id: 99, prompt: [1e9], max_tokens: 1, sampling: { temperature: 0, top_k: 0, top_p: 1, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 } })).to.throw(RangeError);
   });

@@ -81,7 +81,7 @@ struct Result {
   bool started = false, done = false, error = false;
   int cached = -1;
   std::vector<int32_t> tokens;
-  std::string text, finish;
+  std::string text, finish, message;
   int completion = 0;
 };
 
@@ -96,7 +96,7 @@ struct Collector {
       if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
       if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; }
-      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; }
+      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.message = e.message; }
     }
     cv.notify_all();
   }
@@ -255,6 +255,61 @@ int main() {
     CHECK_EQ(r5.finish, std::string("stop"));
     CHECK_EQ(r5.text, std::string("a\xC3\xA9" "b"));
     CHECK_EQ(r5.completion, 5);
+  }
+  {  // grammar-constrained requests: forced bytes, UTF-8 split over tokens, sampling, errors
+    Collector c;
+    Scheduler s(std::make_unique<FakeModel>(2), std::make_shared<FakeTok>(), {2, 256, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    EngineRequest g1 = req(1, make_prompt(5, 0), 50);
+    g1.grammar = "root ::= \"abc\"";
+    s.submit(g1);
+    Result r1 = c.wait(1);
+    CHECK_EQ(r1.text, std::string("abc"));
+    CHECK_EQ(r1.finish, std::string("stop"));  // complete with nothing to follow: no EOG step
+    CHECK_EQ(r1.completion, 3);
+    EngineRequest g2 = req(2, make_prompt(5, 1), 50);
+    g2.grammar = "root ::= [a-z]{2} \"\\u00e9\"";
+    s.submit(g2);
+    Result r2 = c.wait(2);
+    CHECK_EQ(r2.text.size(), size_t(4));
+    CHECK_EQ(r2.text.substr(2), std::string("\xC3\xA9"));
+    CHECK(r2.tokens.size() == 4 && r2.tokens[2] == 60 && r2.tokens[3] == 61);
+    for (uint64_t id = 3; id < 13; id++) {
+      EngineRequest g = req(id, make_prompt(4, int(id)), 50);
+      g.sampling.temperature = 1.5f;
+      g.sampling.has_seed = true;
+      g.sampling.seed = id;
+      g.grammar = "root ::= [b-d]{3,5} \"z\"";
+      s.submit(g);
+      Result r = c.wait(id);
+      CHECK_EQ(r.finish, std::string("stop"));
+      CHECK(r.text.size() >= 4 && r.text.size() <= 6 && r.text.back() == 'z');
+      for (size_t k = 0; k + 1 < r.text.size(); k++) CHECK(r.text[k] >= 'b' && r.text[k] <= 'd');
+    }
+    // Complete but able to continue: EOG becomes allowed and ends the request as usual.
+    EngineRequest g3 = req(20, make_prompt(5, 2), 50);
+    g3.grammar = "root ::= \"a\" \"\\xC3\"?";
+    s.submit(g3);
+    Result r3 = c.wait(20);
+    CHECK_EQ(r3.finish, std::string("stop"));
+    CHECK(r3.text == "a" || r3.text == "a\xC3" || r3.text == "a\xEF\xBF\xBD");
+    EngineRequest bad = req(21, make_prompt(5, 3), 10);
+    bad.grammar = "root ::= \"abc";
+    s.submit(bad);
+    Result rb = c.wait(21);
+    CHECK(rb.error);
+    CHECK(rb.message.find("invalid grammar") != std::string::npos);
+    CHECK(rb.message.find("unterminated") != std::string::npos);
+    EngineRequest stuck = req(22, make_prompt(5, 4), 10);
+    stuck.grammar = "root ::= \"a!\"";  // no token spells "!"
+    s.submit(stuck);
+    Result rs = c.wait(22);
+    CHECK(rs.error);
+    CHECK_EQ(rs.text, std::string("a"));
+    CHECK(rs.message.find("cannot continue") != std::string::npos);
+    // The slots were freed: an ordinary request still runs to its budget.
+    s.submit(req(23, make_prompt(5, 5), 4));
+    CHECK_EQ(c.wait(23).completion, 4);
+    CHECK_EQ(s.stats().slots_in_use, 0);
   }
   TEST_MAIN_END();
 }

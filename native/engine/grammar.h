@@ -1,0 +1,159 @@
+// Grammar-constrained decoding. A small GBNF-style grammar over BYTES is compiled to a pushdown
+// recognizer that tracks every parse stack still alive; a byte trie of the vocabulary lets one
+// walk per step find every token the grammar allows (shared prefixes are checked once).
+//
+// Dimension legend: V n_vocab, N trie nodes (about the total bytes of all token pieces, shared
+//                   prefixes counted once), E grammar elements, K parse stacks alive in one state
+//                   (a handful for JSON grammars), S distinct states met so far by one matcher.
+//
+// Grammar syntax (one rule per `name ::= ...`; a rule may span lines; `#` starts a comment):
+//   root ::= "lit\n" [a-z0-9_] [^"\\\x00-\x1f] other-rule ( a | b ) x* y+ z? w{2} v{1,3} u{2,}
+//   "..."   literal bytes; escapes \n \r \t \\ \" \' \[ \] \xHH (one byte) \uHHHH (UTF-8 of it)
+//   [...]   one byte from a set (ranges a-z, \xHH escapes, ^ negates); bytes only, so a
+//           character class cannot hold a multi-byte UTF-8 character: spell UTF-8 out in bytes
+//   .       any byte
+// The grammar must define `root`. Left recursion (a rule reaching itself without consuming a
+// byte) is rejected at compile time, which is what makes the stack expansion terminate.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sampler.h"
+
+namespace mb {
+
+struct GrammarError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The compiled grammar: immutable, shareable between matchers.
+class Grammar {
+ public:
+  // Throws GrammarError ("line L col C: what") for syntax errors, undefined rules, a missing
+  // root, left recursion or a grammar past the size limits.
+  static std::shared_ptr<const Grammar> parse(std::string_view text);
+
+  enum Kind : uint8_t { kEnd, kByte, kRef };
+  struct Elem {
+    Kind kind;
+    uint32_t arg;  // kByte: index into classes; kRef: rule index; kEnd: unused
+  };
+  using ByteSet = std::array<uint64_t, 4>;  // bit b set = byte b matches
+
+  std::vector<Elem> elems;                  // [E] every alternative's elements, each closed by kEnd
+  std::vector<std::vector<uint32_t>> alts;  // [rules] start index in elems of each alternative
+  std::vector<std::string> names;           // [rules] for messages (anonymous rules: parent_N)
+  std::vector<ByteSet> classes;
+  uint32_t root = 0;
+
+  bool matches(uint32_t cls, uint8_t b) const { return (classes[cls][b >> 6] >> (b & 63)) & 1; }
+};
+
+// The vocabulary as a byte trie, built once per tokenizer and shared read-only by every request.
+class TokenTrie {
+ public:
+  // pieces: [V] the bytes each token adds to the output. Tokens with an empty piece (control
+  // tokens render as nothing) and tokens flagged in `eog` are left out of the trie: a token that
+  // adds no byte could repeat forever without the grammar noticing. EOG tokens are remembered
+  // separately; the grammar allows them only once it is complete.
+  TokenTrie(const std::vector<std::string>& pieces, const std::vector<uint8_t>& eog);
+
+  struct Node {
+    uint32_t edge_begin, edge_end;  // children: edge_byte / edge_child [edge_begin, edge_end)
+    uint32_t tok_begin, tok_end;    // tokens whose piece ends exactly here: toks [tok_begin, tok_end)
+  };
+  int32_t n_vocab() const { return int32_t(pieces_.size()); }
+  const std::string& piece(int32_t id) const { return pieces_[size_t(id)]; }
+  bool in_trie(int32_t id) const { return id >= 0 && id < n_vocab() && in_trie_[size_t(id)]; }
+  bool is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && eog_flag_[size_t(id)]; }
+  const std::vector<int32_t>& eog() const { return eog_; }
+  size_t n_nodes() const { return nodes_.size(); }
+
+  std::vector<Node> nodes_;          // [N] node 0 is the root (empty prefix)
+  std::vector<uint8_t> edge_byte_;   // [N-1]
+  std::vector<uint32_t> edge_child_; // [N-1]
+  std::vector<int32_t> toks_;        // token ids grouped by node
+
+ private:
+  std::vector<std::string> pieces_;  // [V]
+  std::vector<uint8_t> in_trie_;     // [V]
+  std::vector<uint8_t> eog_flag_;    // [V]
+  std::vector<int32_t> eog_;
+};
+
+// One generation's position in the grammar. A state is the SET of parse stacks still alive;
+// stacks are hash-consed linked lists (node = position + parent) and states are hash-consed sets
+// of stacks, so the byte transitions between states can be cached: after a few steps walking the
+// trie mostly costs one table lookup per trie node (a lazily built DFA over the states met).
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> g);
+
+  bool accept(std::string_view bytes);        // advances; false (and no change) if rejected
+  bool allows(std::string_view bytes);        // whether accept() would succeed
+  bool complete() const;                      // the bytes so far form a whole `root`
+  bool can_continue() const;                  // some longer input is still possible
+  // Bit t set = trie token t's bytes can come next ([ceil(V/64)] words; EOG tokens never set).
+  // Memoized per state: inside a free JSON string the same state recurs at every step, and then
+  // the mask costs a copy instead of a walk over most of the trie.
+  const std::vector<uint64_t>& allowed_tokens(const TokenTrie& trie);
+  // Non-empty once a limit was hit (too many stacks in one state); the state is then dead.
+  const std::string& error() const { return error_; }
+  size_t n_states() const { return set_off_.size(); }
+
+ private:
+  static constexpr uint32_t kEmpty = 0;  // node 0: the empty stack (the grammar is complete)
+  static constexpr int32_t kDead = -1, kUnknown = -2;
+  struct Node { uint32_t pos, parent; };
+
+  uint32_t node(uint32_t pos, uint32_t parent);
+  int32_t intern_set(std::vector<uint32_t>& stacks);  // sorts; -1 if empty or over the limit
+  void closure(std::vector<uint32_t>& work, std::vector<uint32_t>& out);
+  int32_t advance(int32_t set, uint8_t b);            // cached transition
+  int32_t compute(int32_t set, uint8_t b);
+  void reset_caches();                                // bounds memory on long generations
+
+  std::shared_ptr<const Grammar> g_;
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, uint32_t> node_ids_;
+  std::vector<uint32_t> set_pool_;                 // stacks of every state, back to back
+  std::vector<uint32_t> set_off_, set_len_;        // [S]
+  std::vector<uint8_t> set_complete_, set_more_;   // [S]
+  std::unordered_map<std::string, int32_t> set_ids_;  // key: the sorted stack ids as bytes
+  std::vector<int32_t> trans_;                     // [S, 256] next state; kUnknown until computed
+  std::vector<uint32_t> seen_;                     // [nodes] closure visit stamps
+  uint32_t stamp_ = 0;
+  std::vector<uint32_t> work_, out_;               // scratch
+  std::vector<std::pair<uint32_t, int32_t>> walk_; // scratch: (trie node, state) DFS stack
+  std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // state -> allowed_tokens()
+  std::vector<uint64_t> mask_;                     // the last result when not memoized
+  int32_t cur_ = kDead;
+  std::string error_;
+};
+
+// The sampler's view of a grammar: which tokens may come next. End-of-generation tokens are
+// allowed exactly when the grammar is complete.
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie);
+  bool allows(int32_t tok) override;
+  void mask(float* logits, int n_vocab) override;
+  // Advances by a sampled token; false if the grammar rejects it (a caller bug).
+  bool accept(int32_t tok);
+  // Complete and nothing may follow: the generation is over (no EOG token needs sampling).
+  bool finished() const { return m_.complete() && !m_.can_continue(); }
+  const std::string& error() const { return m_.error(); }
+  GrammarMatcher& matcher() { return m_; }
+
+ private:
+  GrammarMatcher m_;
+  std::shared_ptr<const TokenTrie> trie_;
+};
+
+}  // namespace mb

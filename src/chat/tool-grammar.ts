@@ -1,0 +1,380 @@
+// Forced tool choice as a decoding grammar. tool_choice "required" (OpenAI) / "any" (Anthropic) /
+// a named tool must yield a well-formed call whose arguments conform to the tool's JSON Schema;
+// asking in the prompt is not enough for a small model, so the sampler is constrained to
+//
+//   <tool_call>\n{"name": "<allowed name>", "arguments": <object per that tool's schema>}\n</tool_call>
+//
+// (the Hermes block src/chat/parser.ts reads back, so the call flows through every dialect
+// unchanged) followed by end of generation. The grammar syntax is native/engine/grammar.h's.
+//
+// JSON layout is fixed, the way json.dumps writes it (", " and ": ", no other whitespace), so a
+// model cannot wander into endless whitespace. Numbers are bounded in length for the same reason.
+// Supported: type (incl. type arrays, nullable), object properties/required (required ones
+// always, optional ones optionally, declared order; no extra keys unless the object declares no
+// properties), additionalProperties as a value schema, string (minLength/maxLength, enum, const,
+// escapes, well-formed UTF-8), number, integer (minimum >= 0 / >= 1, small closed ranges spelt
+// out), boolean, null, array (items, prefixItems, minItems/maxItems), enum/const of any JSON
+// value, anyOf/oneOf, allOf (merged), $ref into the same schema (#, #/$defs/…, #/definitions/…,
+// recursive refs included). Anything else falls back to "any JSON value". Not enforced: pattern,
+// format, number bounds, multipleOf, uniqueItems, min/maxProperties, not, if/then/else,
+// oneOf's exclusivity; string and array bounds above LENGTH_CAP count as unbounded.
+import type { ChatPrompt, ToolSpec } from "../engine/types.js";
+
+type Schema = Record<string, unknown>;
+
+/** Longer length/item bounds are not spelt out (each unit of a bound costs a grammar rule). */
+const LENGTH_CAP = 4096;
+/** Closed integer ranges up to this many values become an enumeration. */
+const INT_ENUM_CAP = 256;
+
+const isObj = (v: unknown): v is Schema => v !== null && typeof v === "object" && !Array.isArray(v);
+const nonNegInt = (v: unknown): number | undefined =>
+  typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined;
+
+/** A grammar string literal standing for the UTF-8 bytes of `s`. */
+export function gbnfLiteral(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0)!;
+    if (ch === '"') out += '\\"';
+    else if (ch === "\\") out += "\\\\";
+    else if (ch === "\n") out += "\\n";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\t") out += "\\t";
+    else if (c < 0x20 || c === 0x7f) out += "\\x" + c.toString(16).padStart(2, "0");
+    else out += ch; // UTF-8 bytes pass through a literal as they are
+  }
+  return out + '"';
+}
+
+/** The JSON text of a value in the grammar's layout (", " and ": "). */
+function jsonText(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(jsonText).join(", ")}]`;
+  if (isObj(v)) return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${jsonText(x)}`).join(", ")}}`;
+  return JSON.stringify(v) ?? "null";
+}
+
+// Shared JSON building blocks (names start with "json-"; schema rules never do).
+const PRIMITIVES: Record<string, { body: string; deps: string[] }> = {
+  "json-value": { body: 'json-object | json-array | json-string | json-number | "true" | "false" | "null"', deps: ["json-object", "json-array", "json-string", "json-number"] },
+  "json-object": { body: String.raw`"{" ( json-string ": " json-value ( ", " json-string ": " json-value )* )? "}"`, deps: ["json-string", "json-value"] },
+  "json-array": { body: String.raw`"[" ( json-value ( ", " json-value )* )? "]"`, deps: ["json-value"] },
+  "json-string": { body: String.raw`"\"" json-char* "\""`, deps: ["json-char"] },
+  // One JSON string character: printable ASCII but " and \, an escape, or one well-formed UTF-8
+  // sequence (so what reaches the client never needs U+FFFD repairs).
+  "json-char": { body: String.raw`[\x20-\x21\x23-\x5b\x5d-\x7f] | json-utf8 | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )`, deps: ["json-utf8"] },
+  "json-utf8": {
+    body: String.raw`[\xc2-\xdf] [\x80-\xbf] | "\xe0" [\xa0-\xbf] [\x80-\xbf] | [\xe1-\xec\xee-\xef] [\x80-\xbf]{2} | "\xed" [\x80-\x9f] [\x80-\xbf] | "\xf0" [\x90-\xbf] [\x80-\xbf]{2} | [\xf1-\xf3] [\x80-\xbf]{3} | "\xf4" [\x80-\x8f] [\x80-\xbf]{2}`,
+    deps: [],
+  },
+  // At most 16 integer digits, 15 fraction digits, a 2-digit exponent: finite doubles only.
+  "json-number": { body: String.raw`"-"? json-nat ( "." [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?`, deps: ["json-nat"] },
+  "json-nat": { body: String.raw`"0" | [1-9] [0-9]{0,15}`, deps: [] },
+  "json-pos": { body: String.raw`[1-9] [0-9]{0,15}`, deps: [] },
+  "json-integer": { body: String.raw`"-"? json-nat`, deps: ["json-nat"] },
+  "json-boolean": { body: '"true" | "false"', deps: [] },
+  "json-null": { body: '"null"', deps: [] },
+};
+
+class GrammarBuilder {
+  private rules = new Map<string, string>(); // name -> body, in creation order
+  private byBody = new Map<string, string>();
+  private refs = new Map<string, string>();
+  private root: unknown = {};
+
+  /** The rule for a primitive, added with what it uses. */
+  prim(name: string): string {
+    if (!this.rules.has(name)) {
+      const p = PRIMITIVES[name];
+      this.rules.set(name, p.body);
+      for (const d of p.deps) this.prim(d);
+    }
+    return name;
+  }
+
+  /** A named rule for `body`; identical bodies share one rule. */
+  add(hint: string, body: string): string {
+    const known = this.byBody.get(body);
+    if (known) return known;
+    const name = this.fresh(hint);
+    this.rules.set(name, body);
+    this.byBody.set(body, name);
+    return name;
+  }
+
+  private fresh(hint: string): string {
+    let base = hint.replace(/[^A-Za-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48) || "r";
+    if (base.startsWith("json-") || base === "root") base = `s-${base}`;
+    let name = base;
+    for (let i = 2; this.rules.has(name); i++) name = `${base}-${i}`;
+    return name;
+  }
+
+  /** Grammar expression for a whole schema ($refs resolve inside it). */
+  schema(schema: unknown, hint: string): string {
+    this.root = schema;
+    this.refs = new Map();
+    return this.visit(schema, hint);
+  }
+
+  text(rootBody: string): string {
+    const lines = [`root ::= ${rootBody}`];
+    for (const [name, body] of this.rules) lines.push(`${name} ::= ${body}`);
+    return lines.join("\n") + "\n";
+  }
+
+  private alternatives(hint: string, alts: string[]): string {
+    const unique = [...new Set(alts)];
+    return unique.length === 1 ? unique[0] : this.add(hint, unique.join(" | "));
+  }
+
+  private ref(ref: string, hint: string): string {
+    const known = this.refs.get(ref);
+    if (known) return known;
+    const target = resolvePointer(this.root, ref);
+    if (target === undefined) return this.prim("json-value");
+    const name = this.fresh(ref.split("/").pop() || hint);
+    this.refs.set(ref, name);
+    this.rules.set(name, "\"\""); // reserved now so that recursive refs find it
+    this.rules.set(name, this.visit(target, name));
+    return name;
+  }
+
+  private visit(schema: unknown, hint: string): string {
+    if (!isObj(schema)) return this.prim("json-value"); // true, {} placeholders, garbage
+    const s = schema;
+    if (typeof s.$ref === "string") return this.ref(s.$ref, hint);
+    if ("const" in s) return gbnfLiteral(jsonText(s.const));
+    if (Array.isArray(s.enum) && s.enum.length > 0) return this.alternatives(hint, s.enum.map((v) => gbnfLiteral(jsonText(v))));
+    const union = Array.isArray(s.anyOf) ? s.anyOf : Array.isArray(s.oneOf) ? s.oneOf : null;
+    if (union && union.length > 0) {
+      const { anyOf: _a, oneOf: _o, ...rest } = s;
+      // Sibling keywords apply to every branch.
+      return this.alternatives(hint, union.map((sub, i) => this.visit(isObj(sub) ? { ...rest, ...sub } : sub, `${hint}-${i}`)));
+    }
+    if (Array.isArray(s.allOf) && s.allOf.length > 0) {
+      const { allOf, ...rest } = s;
+      return this.visit(this.merge([rest, ...(allOf as unknown[])]), hint);
+    }
+    if (Array.isArray(s.type)) {
+      const types = s.type.filter((t): t is string => typeof t === "string");
+      if (types.length === 0) return this.prim("json-value");
+      return this.alternatives(hint, types.map((t) => this.visit({ ...s, type: t }, `${hint}-${t}`)));
+    }
+    if (s.nullable === true) {
+      const { nullable: _n, ...rest } = s;
+      return this.alternatives(hint, [this.visit(rest, hint), this.prim("json-null")]);
+    }
+    const type =
+      typeof s.type === "string"
+        ? s.type
+        : "properties" in s || "additionalProperties" in s || "required" in s
+          ? "object"
+          : "items" in s || "prefixItems" in s
+            ? "array"
+            : null;
+    switch (type) {
+      case "string":
+        return this.string(s, hint);
+      case "number":
+        return this.prim("json-number");
+      case "integer":
+        return this.integer(s, hint);
+      case "boolean":
+        return this.prim("json-boolean");
+      case "null":
+        return this.prim("json-null");
+      case "object":
+        return this.object(s, hint);
+      case "array":
+        return this.array(s, hint);
+      default:
+        return this.prim("json-value");
+    }
+  }
+
+  /** allOf: one schema with the properties and required lists of all (refs resolved). */
+  private merge(parts: unknown[]): Schema {
+    const out: Schema = {};
+    const props: Schema = {};
+    const required: string[] = [];
+    for (let p of parts) {
+      for (let hops = 0; isObj(p) && typeof p.$ref === "string" && hops < 16; hops++) p = resolvePointer(this.root, p.$ref);
+      if (!isObj(p)) continue;
+      Object.assign(out, p);
+      if (isObj(p.properties)) Object.assign(props, p.properties);
+      if (Array.isArray(p.required)) required.push(...p.required.filter((k): k is string => typeof k === "string"));
+    }
+    delete out.$ref;
+    if (Object.keys(props).length > 0) out.properties = props;
+    if (required.length > 0) out.required = [...new Set(required)];
+    return out;
+  }
+
+  private string(s: Schema, hint: string): string {
+    const min = Math.min(nonNegInt(s.minLength) ?? 0, LENGTH_CAP);
+    let max = nonNegInt(s.maxLength);
+    if (max !== undefined && max > LENGTH_CAP) max = undefined;
+    if (min === 0 && max === undefined) return this.prim("json-string");
+    this.prim("json-char");
+    const rep = max === undefined ? `{${min},}` : `{${min},${Math.max(min, max)}}`;
+    return this.add(hint, `"\\"" json-char${rep} "\\""`);
+  }
+
+  private integer(s: Schema, hint: string): string {
+    const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
+    let lo = num(s.minimum);
+    const xlo = num(s.exclusiveMinimum);
+    if (xlo !== undefined) lo = lo === undefined ? Math.floor(xlo) + 1 : Math.max(lo, Math.floor(xlo) + 1);
+    let hi = num(s.maximum);
+    const xhi = num(s.exclusiveMaximum);
+    if (xhi !== undefined) hi = hi === undefined ? Math.ceil(xhi) - 1 : Math.min(hi, Math.ceil(xhi) - 1);
+    if (lo !== undefined) lo = Math.ceil(lo);
+    if (hi !== undefined) hi = Math.floor(hi);
+    if (lo !== undefined && hi !== undefined && hi >= lo && hi - lo < INT_ENUM_CAP) {
+      const values: string[] = [];
+      for (let v = lo; v <= hi; v++) values.push(gbnfLiteral(String(v)));
+      return this.alternatives(hint, values);
+    }
+    if (lo !== undefined && lo >= 1) return this.prim("json-pos");
+    if (lo !== undefined && lo >= 0) return this.prim("json-nat");
+    return this.prim("json-integer");
+  }
+
+  private object(s: Schema, hint: string): string {
+    const props = isObj(s.properties) ? Object.entries(s.properties) : [];
+    const required = new Set(Array.isArray(s.required) ? s.required.filter((k): k is string => typeof k === "string") : []);
+    for (const k of required) if (!props.some(([p]) => p === k)) props.push([k, true]);
+    if (props.length === 0) {
+      const ap = s.additionalProperties;
+      if (isObj(ap) && Object.keys(ap).length > 0) {
+        const v = this.visit(ap, `${hint}-value`);
+        const kv = `json-string ": " ${v}`;
+        this.prim("json-string");
+        return this.add(hint, `"{" ( ${kv} ( ", " ${kv} )* )? "}"`);
+      }
+      // No declared properties: free-form unless extra keys are forbidden (or it is the
+      // explicit empty `properties: {}` a tool without parameters sends).
+      if (ap === false || (isObj(s.properties) && ap === undefined)) return '"{}"';
+      return this.prim("json-object");
+    }
+    const items = props.map(([k, v]) => ({
+      kv: `${gbnfLiteral(JSON.stringify(k) + ": ")} ${this.visit(v, `${hint}-${k}`)}`,
+      req: required.has(k),
+    }));
+    const n = items.length;
+    // tail(i): items i.. when something came before (each with its ", "), a chain of rules;
+    // first(i): items i.. when nothing came before (the first one present has no comma).
+    const tails = new Map<number, string>();
+    const tail = (i: number): string => {
+      if (i === n) return "";
+      const known = tails.get(i);
+      if (known !== undefined) return known;
+      const it = items[i];
+      const body = `${it.req ? `", " ${it.kv}` : `( ", " ${it.kv} )?`} ${tail(i + 1)}`.trim();
+      const expr = i + 1 < n ? this.add(`${hint}-tail`, body) : body;
+      tails.set(i, expr);
+      return expr;
+    };
+    // Named rules both ways, so many optional properties never nest deeply.
+    const first = (i: number): string => {
+      if (i === n) return "";
+      const it = items[i];
+      const withThis = `${it.kv} ${tail(i + 1)}`.trim();
+      if (it.req) return withThis;
+      const without = first(i + 1);
+      return this.add(`${hint}-first`, without === "" ? `( ${withThis} )?` : `${withThis} | ${without}`);
+    };
+    return this.add(hint, `"{" ${first(0)} "}"`);
+  }
+
+  private array(s: Schema, hint: string): string {
+    const tuple = Array.isArray(s.prefixItems) ? s.prefixItems : Array.isArray(s.items) ? s.items : null;
+    if (tuple) {
+      if (tuple.length === 0) return '"[]"';
+      const parts = tuple.map((t, i) => this.visit(t, `${hint}-${i}`));
+      return this.add(hint, `"[" ${parts.join(' ", " ')} "]"`);
+    }
+    const item = this.visit(s.items ?? true, `${hint}-item`);
+    const min = Math.min(nonNegInt(s.minItems) ?? 0, LENGTH_CAP);
+    let max = nonNegInt(s.maxItems);
+    if (max !== undefined && max > LENGTH_CAP) max = undefined;
+    if (max !== undefined && max < min) max = min;
+    if (max === 0) return '"[]"';
+    const more = (lo: number, hi: number | undefined) =>
+      hi === undefined ? (lo === 0 ? "*" : `{${lo},}`) : hi === lo ? (lo === 0 ? "" : `{${lo}}`) : `{${lo},${hi}}`;
+    if (min === 0) {
+      const rest = more(0, max === undefined ? undefined : max - 1);
+      return this.add(hint, `"[" ( ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} )? "]"`);
+    }
+    const rest = more(min - 1, max === undefined ? undefined : max - 1);
+    return this.add(hint, `"[" ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} "]"`);
+  }
+}
+
+/** `#`, `#/$defs/x`, `#/definitions/x` … (JSON pointer, ~0 ~1 and %-escapes) inside `root`. */
+function resolvePointer(root: unknown, ref: string): unknown {
+  if (!ref.startsWith("#")) return undefined;
+  let cur: unknown = root;
+  const path = ref.slice(1);
+  if (path === "") return root;
+  if (!path.startsWith("/")) return undefined;
+  for (const raw of path.slice(1).split("/")) {
+    let key: string;
+    try {
+      key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    } catch {
+      return undefined;
+    }
+    if (Array.isArray(cur) && /^\d+$/.test(key)) cur = cur[Number(key)];
+    else if (isObj(cur) && key in cur) cur = cur[key];
+    else return undefined;
+  }
+  return cur;
+}
+
+/** A grammar whose sentences are exactly the JSON texts (in the fixed layout) the schema allows. */
+export function schemaGrammar(schema: unknown): string {
+  const b = new GrammarBuilder();
+  const expr = b.schema(schema, "value");
+  return b.text(expr);
+}
+
+/** The tools a forced tool_choice allows, or null when the choice is not forced (or nothing is offered). */
+export function forcedTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): ToolSpec[] | null {
+  const choice = chat.tool_choice;
+  let tools: ToolSpec[] = [];
+  if (choice.type === "required") tools = chat.tools;
+  else if (choice.type === "tool") tools = chat.tools.filter((t) => t.name === choice.name);
+  const seen = new Set<string>();
+  tools = tools.filter((t) => !seen.has(t.name) && (seen.add(t.name), true));
+  return tools.length > 0 ? tools : null;
+}
+
+export interface ToolCallGrammarOptions {
+  /**
+   * The prompt leaves a <think> block open (a template that always starts the answer thinking):
+   * the grammar closes it at once, since a forced call comes without thinking (see engine.ts).
+   */
+  starts_in_thinking?: boolean;
+}
+
+/**
+ * The grammar of one Hermes call to one of `tools`. Function tools take their parameters
+ * schema; custom tools (raw string input) take the {"input": "…"} shape they are offered in
+ * (src/chat/template.ts), which the parser unwraps back to the raw string.
+ */
+export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions = {}): string {
+  if (tools.length === 0) throw new Error("toolCallGrammar: no tools");
+  const b = new GrammarBuilder();
+  const calls = tools.map((t) => {
+    const args =
+      t.kind === "custom"
+        ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
+        : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
+    return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
+  });
+  const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
+  const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
+  return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
+}

@@ -1,0 +1,251 @@
+// The JSON Schema -> grammar converter (src/chat/tool-grammar.ts), checked with the native grammar
+// engine itself (native/build/engine/mb_grammar, built by `npm run build:native`): every valid
+// instance in the converter's fixed layout must be a complete sentence of the grammar, every
+// invalid one must not be. The forced-call grammar's sentences must also parse back into exactly
+// one call through the real output parser.
+import { expect } from "chai";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { OutputParser } from "../../src/chat/parser.js";
+import { forcedTools, gbnfLiteral, schemaGrammar, toolCallGrammar } from "../../src/chat/tool-grammar.js";
+import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
+import { capturedRequests } from "../clients/captured.js";
+
+const TOOL = resolve("native/build/engine/mb_grammar");
+const dir = mkdtempSync(join(tmpdir(), "mb-grammar-"));
+let nfile = 0;
+
+/** "1" complete sentence, "p" a valid prefix only, "0" rejected — one per input. */
+function check(grammar: string, inputs: string[]): string[] {
+  if (!existsSync(TOOL)) throw new Error(`${TOOL} is missing: run \`npm run build:native\``);
+  const file = join(dir, `g${nfile++}.gbnf`);
+  writeFileSync(file, grammar);
+  const r = spawnSync(TOOL, ["check", file], { input: inputs.map((s) => Buffer.from(s, "utf8").toString("hex")).join("\n") + "\n", encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`grammar rejected (${r.status}): ${r.stderr}\n${grammar}`);
+  return r.stdout.trim().split("\n");
+}
+
+/** JSON in the grammar's layout: ", " between items, ": " after keys. */
+function layout(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(layout).join(", ")}]`;
+  if (v !== null && typeof v === "object") return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${layout(x)}`).join(", ")}}`;
+  return JSON.stringify(v);
+}
+
+function expectSchema(schema: unknown, valid: unknown[], invalid: unknown[], rawInvalid: string[] = []): void {
+  const g = schemaGrammar(schema);
+  const inputs = [...valid.map(layout), ...invalid.map(layout), ...rawInvalid];
+  const out = check(g, inputs);
+  valid.forEach((v, i) => expect(out[i], `valid ${layout(v)}\n${g}`).to.equal("1"));
+  inputs.slice(valid.length).forEach((s, i) => expect(out[valid.length + i], `invalid ${s}\n${g}`).to.not.equal("1"));
+}
+
+describe("tool grammar: JSON Schema -> grammar", () => {
+  it("escapes grammar literals (quotes, backslashes, control bytes; UTF-8 as is)", () => {
+    expect(gbnfLiteral('a"b\\c\n\t\x01é')).to.equal('"a\\"b\\\\c\\n\\t\\x01é"');
+    expect(check(`root ::= ${gbnfLiteral('a"b\\c\n\t\x01é')}`, ['a"b\\c\n\t\x01é', "ab"])).to.deep.equal(["1", "0"]);
+  });
+
+  it("strings: escapes, UTF-8, length bounds; control characters and broken escapes rejected", () => {
+    expectSchema({ type: "string" }, ["", "plain", 'q"uote', "back\\slash", "new\nline", "tab\t", "é€😀", "\u0001"], [1, null], [
+      '"raw\nnewline"',
+      '"bad \\x escape"',
+      '"unterminated',
+      '"\\u12"',
+      "'single'",
+    ]);
+    expectSchema({ type: "string", minLength: 2, maxLength: 4 }, ["ab", "abcd", "é😀"], ["a", "abcde"]);
+    expectSchema({ type: "string", maxLength: 0 }, [""], ["a"]);
+  });
+
+  it("numbers and integers: JSON syntax only, integer bounds where they are cheap to spell", () => {
+    expectSchema({ type: "number" }, [0, -1, 3.25, 1e21, -0.5, 12345678], ["1"], ["01", "1.", ".5", "+1", "1e", "NaN", "1e999"]);
+    expectSchema({ type: "integer" }, [0, -7, 42], [1.5, "3"], ["1e3", "-"]);
+    expectSchema({ type: "integer", minimum: 0 }, [0, 9, 100], [-1]);
+    expectSchema({ type: "integer", minimum: 1 }, [1, 250], [0, -3]);
+    expectSchema({ type: "integer", minimum: 1, maximum: 12 }, [1, 7, 10, 12], [0, 13, 100]);
+    expectSchema({ type: "integer", exclusiveMinimum: 0, exclusiveMaximum: 3 }, [1, 2], [0, 3]);
+  });
+
+  it("enum / const of any JSON values, boolean, null, type arrays, nullable", () => {
+    expectSchema({ enum: ["c", "f", 3, null, true, { a: [1] }] }, ["c", "f", 3, null, true, { a: [1] }], ["C", 4, false, { a: [2] }]);
+    expectSchema({ const: "only" }, ["only"], ["other"]);
+    expectSchema({ type: "boolean" }, [true, false], [null, "true"]);
+    expectSchema({ type: "null" }, [null], [false]);
+    expectSchema({ type: ["string", "null"] }, ["x", null], [1]);
+    expectSchema({ type: "integer", nullable: true }, [1, null], ["1"]);
+  });
+
+  it("objects: required in order, optional ones optionally, no extra keys, commas right", () => {
+    const schema = {
+      type: "object",
+      properties: { a: { type: "integer" }, b: { type: "string" }, c: { type: "boolean" }, d: { type: "null" } },
+      required: ["b", "d"],
+    };
+    expectSchema(
+      schema,
+      [{ b: "x", d: null }, { a: 1, b: "x", d: null }, { a: 1, b: "x", c: true, d: null }, { b: "", c: false, d: null }],
+      [{ a: 1, d: null }, { b: "x" }, { b: "x", d: null, e: 1 }, {}, { d: null, b: "x" }],
+      ['{"b": "x", "d": null,}', '{, "b": "x", "d": null}', '{"b":"x", "d": null}'],
+    );
+    // All optional: any in-order subset, including none.
+    const opt = { type: "object", properties: { x: { type: "integer" }, y: { type: "integer" }, z: { type: "integer" } } };
+    expectSchema(opt, [{}, { x: 1 }, { y: 2 }, { z: 3 }, { x: 1, z: 3 }, { x: 1, y: 2, z: 3 }, { y: 2, z: 3 }], [{ w: 1 }], ['{, "x": 1}', '{"x": 1, }']);
+    // A required key without a property schema still has to be there (any value).
+    expectSchema({ type: "object", required: ["k"] }, [{ k: 1 }, { k: { deep: [1, "x"] } }], [{}]);
+    // Empty properties: exactly {}; free-form object when no properties are declared.
+    expectSchema({ type: "object", properties: {} }, [{}], [{ a: 1 }]);
+    expectSchema({ type: "object" }, [{}, { any: [1, { b: null }] }], [[]]);
+    expectSchema({ type: "object", additionalProperties: false }, [{}], [{ a: 1 }]);
+    expectSchema({ type: "object", additionalProperties: { type: "integer" } }, [{}, { a: 1, b: 2 }], [{ a: "x" }]);
+    // Keys that need escaping.
+    expectSchema({ type: "object", properties: { 'we"ird\\key': { type: "integer" }, "é": { type: "integer" } }, required: ['we"ird\\key'] }, [{ 'we"ird\\key': 1, "é": 2 }], [{ "é": 2 }]);
+  });
+
+  it("arrays: items, minItems/maxItems, tuples", () => {
+    expectSchema({ type: "array", items: { type: "integer" } }, [[], [1], [1, 2, 3]], [["a"]], ["[1,2]", "[1, ]"]);
+    expectSchema({ type: "array", items: { enum: ["a", "b"] }, minItems: 1, maxItems: 3 }, [["a"], ["a", "b", "a"]], [[], ["a", "a", "a", "a"], ["c"]]);
+    expectSchema({ type: "array", items: { type: "integer" }, minItems: 2 }, [[1, 2], [1, 2, 3, 4, 5]], [[1]]);
+    expectSchema({ type: "array", maxItems: 0 }, [[]], [[1]]);
+    expectSchema({ type: "array", prefixItems: [{ type: "integer" }, { type: "string" }] }, [[1, "a"]], [["a", 1], [1]]);
+    expectSchema({ type: "array" }, [[], [1, "x", null, [true]]], [{}]);
+  });
+
+  it("anyOf / oneOf / allOf and $ref (including recursive refs)", () => {
+    expectSchema({ anyOf: [{ type: "integer" }, { type: "string", maxLength: 2 }] }, [1, "ab"], ["abc", null]);
+    expectSchema({ oneOf: [{ const: 1 }, { const: 2 }] }, [1, 2], [3]);
+    expectSchema(
+      { allOf: [{ type: "object", properties: { a: { type: "integer" } }, required: ["a"] }, { properties: { b: { type: "string" } }, required: ["b"] }] },
+      [{ a: 1, b: "x" }],
+      [{ a: 1 }, { b: "x" }],
+    );
+    const tree = {
+      type: "object",
+      properties: { root: { $ref: "#/$defs/node" } },
+      required: ["root"],
+      $defs: {
+        node: {
+          type: "object",
+          properties: { name: { type: "string" }, children: { type: "array", items: { $ref: "#/$defs/node" } } },
+          required: ["name"],
+        },
+      },
+    };
+    expectSchema(tree, [{ root: { name: "a" } }, { root: { name: "a", children: [{ name: "b", children: [] }, { name: "c" }] } }], [{ root: { children: [] } }]);
+    expectSchema({ definitions: { u: { enum: ["c", "f"] } }, type: "object", properties: { unit: { $ref: "#/definitions/u" } }, required: ["unit"] }, [{ unit: "c" }], [{ unit: "k" }]);
+    // An unresolvable $ref or an unknown keyword set falls back to any JSON value.
+    expectSchema({ $ref: "#/$defs/missing" }, [1, "x", { a: [null] }], [], ["{a}"]);
+    expectSchema({ type: "mystery" }, [1, [2]], [], ["tru"]);
+  });
+});
+
+describe("tool grammar: forced tool calls", () => {
+  const weather: ToolSpec = {
+    name: "get_weather",
+    kind: "function",
+    parameters: {
+      type: "object",
+      properties: { city: { type: "string", maxLength: 30 }, unit: { enum: ["c", "f"] }, days: { type: "integer", minimum: 1, maximum: 7 } },
+      required: ["city"],
+    },
+  };
+  const search: ToolSpec = { name: "search", kind: "function", parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] } };
+  const shell: ToolSpec = { name: "shell", kind: "custom" };
+  const call = (name: string, args: unknown) => `<tool_call>\n${layout({ name, arguments: args })}\n</tool_call>`;
+
+  it("forcedTools: required = every offered tool, a named choice = that tool, otherwise none", () => {
+    const tools = [weather, search, shell];
+    expect(forcedTools({ tools, tool_choice: { type: "required" } })!.map((t) => t.name)).to.deep.equal(["get_weather", "search", "shell"]);
+    expect(forcedTools({ tools, tool_choice: { type: "tool", name: "search" } })!.map((t) => t.name)).to.deep.equal(["search"]);
+    expect(forcedTools({ tools, tool_choice: { type: "auto" } })).to.equal(null);
+    expect(forcedTools({ tools, tool_choice: { type: "none" } })).to.equal(null);
+    expect(forcedTools({ tools: [], tool_choice: { type: "required" } })).to.equal(null);
+    expect(forcedTools({ tools, tool_choice: { type: "tool", name: "nope" } })).to.equal(null);
+  });
+
+  it("accepts exactly one Hermes call to an allowed tool, and the parser reads it back", () => {
+    const g = toolCallGrammar([weather, search, shell]);
+    const good = [
+      call("get_weather", { city: "Paris" }),
+      call("get_weather", { city: "Paris", unit: "f", days: 3 }),
+      call("search", { q: 'with "quotes" and \\ and é' }),
+      call("shell", { input: "ls -la\n" }),
+    ];
+    const bad = [
+      call("other", { city: "Paris" }),
+      call("get_weather", { unit: "c" }),
+      call("get_weather", { city: "Paris", days: 9 }),
+      call("shell", "raw"),
+      "Sure! " + call("search", { q: "x" }),
+      call("search", { q: "x" }) + "\n" + call("search", { q: "y" }),
+      call("search", { q: "x" }).replace("\n</tool_call>", "</tool_call>"),
+      '<tool_call>\n{"name":"search", "arguments": {"q": "x"}}\n</tool_call>',
+    ];
+    const out = check(g, [...good, ...bad, call("search", { q: "x" }).slice(0, 30)]);
+    expect(out.slice(0, good.length)).to.deep.equal(good.map(() => "1"));
+    expect(out.slice(good.length, good.length + bad.length)).to.deep.equal(bad.map(() => "0"));
+    expect(out[out.length - 1]).to.equal("p");
+
+    for (const text of good) {
+      let n = 0;
+      const p = new OutputParser({ tools: [weather, search, shell], starts_in_thinking: false, new_call_id: () => `call_${n++}` });
+      const evs: GenerationEvent[] = [...p.push(text), ...p.finish()];
+      const ends = evs.filter((e) => e.type === "tool_call_end");
+      expect(ends, text).to.have.length(1);
+      expect(evs.filter((e) => e.type === "text")).to.have.length(0);
+    }
+  });
+
+  it("a named tool allows only that tool; a think block left open is closed first", () => {
+    const g = toolCallGrammar([search]);
+    expect(check(g, [call("search", { q: "x" }), call("get_weather", { city: "x" })])).to.deep.equal(["1", "0"]);
+    const t = toolCallGrammar([search], { starts_in_thinking: true });
+    expect(check(t, ["</think>\n\n" + call("search", { q: "x" }), call("search", { q: "x" })])).to.deep.equal(["1", "0"]);
+  });
+
+  it("tools without parameters take {}", () => {
+    const g = toolCallGrammar([{ name: "now", kind: "function" }]);
+    expect(check(g, [call("now", {}), call("now", { a: 1 })])).to.deep.equal(["1", "0"]);
+  });
+});
+
+/** The function/custom tools of a captured wire request, as the dialects offer them. */
+function wireTools(path: string, body: Record<string, any>): ToolSpec[] {
+  const tools: any[] = Array.isArray(body.tools) ? body.tools : [];
+  if (path === "/v1/messages")
+    return tools.filter((t) => t.type === undefined || t.type === "custom").map((t) => ({ name: t.name, parameters: t.input_schema, kind: "function" as const }));
+  if (path === "/v1/chat/completions")
+    return tools.filter((t) => t.type === "function").map((t) => ({ name: t.function.name, parameters: t.function.parameters, kind: "function" as const }));
+  const flat = tools.flatMap((t) => (t.type === "namespace" ? t.tools ?? [] : [t]));
+  return flat
+    .filter((t) => t.type === "function" || t.type === "custom")
+    .map((t) => (t.type === "custom" ? { name: t.name, kind: "custom" as const } : { name: t.name, parameters: t.parameters, kind: "function" as const }));
+}
+
+describe("tool grammar: the tools real clients send", () => {
+  it("every captured request's tool set converts to a grammar that compiles", function () {
+    let captured;
+    try {
+      captured = capturedRequests((r) => r.body !== null && Array.isArray(r.body.tools) && r.body.tools.length > 0);
+    } catch {
+      this.skip(); // the shared client captures are not checked out here
+    }
+    const sets = new Map<string, ToolSpec[]>();
+    for (const r of captured) {
+      const tools = wireTools(r.path, r.body!);
+      if (tools.length > 0) sets.set(JSON.stringify(tools), tools);
+    }
+    expect(sets.size).to.be.greaterThan(3);
+    let schemas = 0;
+    for (const tools of sets.values()) {
+      schemas += tools.length;
+      const g = toolCallGrammar(forcedTools({ tools, tool_choice: { type: "required" } })!);
+      // Compiles, and the fixed opening plus any offered name are a valid prefix.
+      const out = check(g, tools.map((t) => `<tool_call>\n{"name": ${JSON.stringify(t.name)}, "arguments": `));
+      expect(out, tools.map((t) => t.name).join(", ")).to.deep.equal(tools.map(() => "p"));
+    }
+    expect(schemas).to.be.greaterThan(20);
+  });
+});
