@@ -137,6 +137,8 @@ interface Job {
   waiting: boolean; // counts against the queue limits until the native start
   started_sent: boolean;
   output_sent: boolean;
+  /** Events of this attempt held back for a `whole` request until "done". */
+  deferred: GenerationEvent[];
   finished: boolean;
   cancelled: boolean;
   // Per-attempt state
@@ -423,6 +425,7 @@ class WorkerEngine implements ManagedEngine {
       waiting: true,
       started_sent: false,
       output_sent: false,
+      deferred: [],
       finished: false,
       cancelled: false,
       prompt_text: "",
@@ -482,6 +485,7 @@ class WorkerEngine implements ManagedEngine {
     job.attempts++;
     job.nid = this.nextNid++;
     job.held = "";
+    job.deferred = [];
     job.completion_tokens = 0;
     job.reasoning_tokens = 0;
     job.t_first = null;
@@ -530,6 +534,10 @@ class WorkerEngine implements ManagedEngine {
   }
 
   private emit(job: Job, ev: GenerationEvent): void {
+    if (ev.type !== "start" && job.req.whole) {
+      job.deferred.push(ev);
+      return;
+    }
     if (ev.type !== "start") job.output_sent = true;
     job.chan.push(ev);
   }
@@ -588,6 +596,8 @@ class WorkerEngine implements ManagedEngine {
     job.finished = true;
     job.waiting = false;
     job.detach();
+    for (const e of job.deferred) job.chan.push(e);
+    job.deferred = [];
     const now = performance.now();
     const prompt_n = job.prompt_tokens - job.cached_tokens;
     const prompt_ms = native ? native.prompt_ms : job.t_first !== null ? job.t_first - job.t_start : now - job.t_start;

@@ -80,6 +80,12 @@ export interface GenerationRequest {
   /** Session tag for logs only (prompt_cache_key / X-Session-Id). */
   session?: string;
   /**
+   * The caller reads the answer only once it is complete (a non-streamed request). The engine
+   * then holds the events until "done", so a worker fault mid-generation can rerun the request
+   * from the start without the caller having seen half of a first attempt.
+   */
+  whole?: boolean;
+  /**
    * Test-only scripted sampler: the engine emits exactly this text, token by token, through the
    * real tokenizer, detokenizer and stream path. Set only by the test hook (see src/testing.ts),
    * never from a public request field.

@@ -31,7 +31,7 @@ export async function runGeneration(
   req: GenerationRequest,
   dialect: { stream: boolean; whole: (events: GenerationEvent[]) => unknown; encoder: () => StreamEncoder },
 ): Promise<void> {
-  const tap = observer(deps.observe);
+  const tap = observer(deps.observe, !dialect.stream);
   // The client leaving before the answer is written cancels the generation.
   const abort = new AbortController();
   ctx.res.once("close", () => {
@@ -39,7 +39,7 @@ export async function runGeneration(
   });
 
   if (!dialect.stream) {
-    ctx.body = dialect.whole(await collect(deps.engine, req, abort.signal, tap));
+    ctx.body = dialect.whole(await collect(deps.engine, { ...req, whole: true }, abort.signal, tap));
     return;
   }
   const { first, rest } = await startStream(deps.engine, req, abort.signal);

@@ -264,6 +264,33 @@ describe("engine worker crash", function () {
   });
 });
 
+describe("engine worker crash, non-streamed request", function () {
+  this.timeout(120000);
+  let engine: ManagedEngine;
+  before(async () => {
+    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1, test_hooks: true });
+    await engine.ready();
+  });
+  after(async () => engine?.close());
+
+  it("reruns a whole (non-streamed) request that was mid-generation, and its caller sees one clean answer", async () => {
+    const req = textReq("Tell me a long story", { max_tokens: 300, whole: true });
+    let events = 0;
+    const running = collect(engine.submit(req), () => events++);
+    // generating: the worker's KV holds more than the prompt, yet nothing reached the caller but "start"
+    await until(() => engine.stats().kv_tokens_used > 40);
+    expect(events).to.be.at.most(1);
+    engine.crash_worker!();
+    const r = await running;
+    expect(r.error).to.equal(undefined);
+    expect(r.done!.usage.completion_tokens).to.equal(300);
+    expect(r.events.filter((e) => e.type === "start")).to.have.length(1);
+    expect(engine.stats().worker_restarts).to.equal(1);
+    const again = await collect(engine.submit(textReq("Tell me a long story", { max_tokens: 300 })));
+    expect(r.text).to.equal(again.text);
+  });
+});
+
 describe("engine load failure", function () {
   this.timeout(60000);
   it("rejects ready(), reports failed, refuses requests", async () => {

@@ -4,8 +4,12 @@
 import type { Engine, GenerationEvent, GenerationRequest } from "../../engine/types.js";
 import type { AppDeps } from "../../handlers/types.js";
 
-/** Calls deps.observe.generation once, when the "done" event passes through. */
-export function observer(observe: AppDeps["observe"]): (ev: GenerationEvent) => void {
+/**
+ * Calls deps.observe.generation once, when the "done" event passes through. A `whole` request
+ * gets its events only at the end, so its time to first token is the engine's own (queue +
+ * prompt time) rather than the arrival of the first event.
+ */
+export function observer(observe: AppDeps["observe"], whole = false): (ev: GenerationEvent) => void {
   const t0 = performance.now();
   let first: number | null = null;
   return (ev) => {
@@ -16,7 +20,7 @@ export function observer(observe: AppDeps["observe"]): (ev: GenerationEvent) => 
       prompt_tokens: ev.usage.prompt_tokens,
       cached_tokens: ev.usage.cached_tokens,
       completion_tokens: ev.usage.completion_tokens,
-      ttft_ms: first === null ? null : first - t0,
+      ttft_ms: first === null ? null : whole ? ev.timings.queue_ms + ev.timings.prompt_ms : first - t0,
       queue_ms: ev.timings.queue_ms,
       e2e_ms: performance.now() - t0,
     });
