@@ -2,8 +2,13 @@
 // `npm run bench`: mashbox (the addon directly, no HTTP) vs node-llama-cpp (llama.cpp) on the
 // same GGUF and thread count, in one run: prefill tok/s (512-token prompt), single-stream decode
 // tok/s (128 tokens) and aggregate decode tok/s with 8 concurrent sequences. Also RSS after load
-// against file size + KV bytes.
+// against file size + KV bytes. Then long-prompt prefill (4096, 8192, 16384 tokens by default,
+// one sequence, context sized to the prompt, 512-token batches on both sides), where attention,
+// quadratic in the prompt, dominates.
 //   MB_BENCH_MODEL=path  MB_BENCH_THREADS=n  MB_BENCH_SKIP_LLAMA=1  MB_BENCH_SKIP_MASHBOX=1  MB_BENCH_QUICK=1
+//   MB_BENCH_LONG=4096,8192,16384 (lengths; empty or 0 skips)   --long-only (only the long prefills)
+//   MB_BENCH_LLAMA_FA=auto|on|off  llama.cpp's flash attention for the long prefills (node-llama-cpp's
+//                                  default, auto, turns it on for CPU contexts)
 import { createRequire } from "node:module";
 import { existsSync, statSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -19,6 +24,13 @@ const PREFILL_N = QUICK ? 128 : 512;
 const DECODE_N = QUICK ? 32 : 128;
 const STREAMS = 8;
 const CTX = 1024; // per sequence, both engines (node-llama-cpp multiplies by sequences itself)
+const LONG_ONLY = process.argv.includes("--long-only");
+const LONG = (process.env.MB_BENCH_LONG ?? (QUICK ? "2048" : "4096,8192,16384"))
+  .split(",")
+  .map(Number)
+  .filter((n) => n > 0);
+const LONG_CTX = Math.max(0, ...LONG) + 64;
+const LLAMA_FA = { on: true, off: false }[process.env.MB_BENCH_LLAMA_FA ?? "auto"] ?? "auto";
 
 const mib = (b) => (b / 1048576).toFixed(1);
 const rate = (n, ms) => (ms > 0 ? (n * 1000) / ms : 0);
@@ -29,6 +41,10 @@ const filler =
   "and every town along its banks tells a different story about the summer of the long rains. ";
 function promptText(i) {
   return `Story ${i}: ` + filler.repeat(60);
+}
+// ~40 tokens per filler; a distinct head per i, so no prefix is shared between runs
+function longText(i, n) {
+  return `Story ${i}: ` + filler.repeat(Math.ceil(n / 30) + 10);
 }
 
 async function benchMashbox() {
@@ -79,6 +95,58 @@ async function benchMashbox() {
   return { prefill, decode, agg, rssBefore, rssAfter, kv_bytes: info.kv_bytes, info };
 }
 
+// Long prefills: one slot with room for the longest prompt; each length a fresh prompt.
+async function benchMashboxLong() {
+  const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
+  if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
+  const addon = createRequire(import.meta.url)(addonPath);
+  const waiters = new Map();
+  const engine = new addon.Engine();
+  await engine.load({ model_path: MODEL, n_ctx: LONG_CTX, n_slots: 1, n_threads: THREADS, max_batch: 512 }, (evs) => {
+    for (const e of evs) if (e.type === "done" || e.type === "error") waiters.get(e.id)?.(e);
+  });
+  let nextId = 1;
+  const run = (prompt) => {
+    const id = nextId++;
+    const p = new Promise((res) => waiters.set(id, res));
+    engine.submit({ id, prompt, max_tokens: 1, sampling: { temperature: 0 } });
+    return p;
+  };
+  await run(Array.from(engine.tokenize(promptText(100), false, false)).slice(0, 64)); // page in the weights
+  const out = [];
+  for (const [k, n] of LONG.entries()) {
+    const done = await run(Array.from(engine.tokenize(longText(200 + k, n), false, false)).slice(0, n));
+    if (done.type === "error") throw new Error(`mashbox long prefill ${n}: ${done.message}`);
+    out.push({ n, s: done.prompt_ms / 1000, rate: rate(n, done.prompt_ms) });
+    console.log(`  mashbox   prefill ${n}: ${(done.prompt_ms / 1000).toFixed(1)} s, ${rate(n, done.prompt_ms).toFixed(1)} tok/s`);
+  }
+  engine.close();
+  return out;
+}
+
+async function benchLlamaLong() {
+  const { getLlama } = await import("node-llama-cpp");
+  const llama = await getLlama({ gpu: false, build: "never" });
+  const model = await llama.loadModel({ modelPath: MODEL });
+  const ctx = await model.createContext({ contextSize: LONG_CTX, sequences: 1, threads: THREADS, batchSize: 512, flashAttention: LLAMA_FA });
+  const seq = ctx.getSequence();
+  await seq.evaluateWithoutGeneratingNewTokens(model.tokenize(promptText(100)).slice(0, 64));
+  const out = [];
+  for (const [k, n] of LONG.entries()) {
+    await seq.clearHistory();
+    const toks = model.tokenize(longText(200 + k, n)).slice(0, n);
+    const t = performance.now();
+    await seq.evaluateWithoutGeneratingNewTokens(toks);
+    const ms = performance.now() - t;
+    out.push({ n, s: ms / 1000, rate: rate(n, ms) });
+    console.log(`  llama.cpp prefill ${n}: ${(ms / 1000).toFixed(1)} s, ${rate(n, ms).toFixed(1)} tok/s (flash attention ${LLAMA_FA})`);
+  }
+  await ctx.dispose();
+  await model.dispose();
+  await llama.dispose();
+  return out;
+}
+
 async function benchLlama() {
   const { getLlama } = await import("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never" });
@@ -120,22 +188,40 @@ async function benchLlama() {
 }
 
 const fileBytes = statSync(MODEL).size;
-console.log(`model ${MODEL} (${mib(fileBytes)} MiB), threads ${THREADS}, ctx ${CTX}/seq, ${STREAMS} streams, prefill ${PREFILL_N}, decode ${DECODE_N}${QUICK ? " (QUICK)" : ""}`);
-const mb = process.env.MB_BENCH_SKIP_MASHBOX === "1" ? null : await benchMashbox();
-if (mb) console.log(
-  `mashbox      prefill ${mb.prefill.toFixed(1)} tok/s | decode ${mb.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${mb.agg.toFixed(1)} tok/s`,
-);
-if (mb) console.log(
-  `mashbox RSS  before load ${mib(mb.rssBefore)} MiB, after load ${mib(mb.rssAfter)} MiB (+${mib(mb.rssAfter - mb.rssBefore)}); ` +
-    `file ${mib(fileBytes)} MiB + KV ${mib(mb.kv_bytes)} MiB = ${mib(fileBytes + mb.kv_bytes)} MiB`,
-);
-if (process.env.MB_BENCH_SKIP_LLAMA !== "1") {
-  const ll = await benchLlama();
-  console.log(
-    `llama.cpp    prefill ${ll.prefill.toFixed(1)} tok/s | decode ${ll.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${ll.agg.toFixed(1)} tok/s`,
+const skipMashbox = process.env.MB_BENCH_SKIP_MASHBOX === "1";
+const skipLlama = process.env.MB_BENCH_SKIP_LLAMA === "1";
+if (!LONG_ONLY) {
+  console.log(`model ${MODEL} (${mib(fileBytes)} MiB), threads ${THREADS}, ctx ${CTX}/seq, ${STREAMS} streams, prefill ${PREFILL_N}, decode ${DECODE_N}${QUICK ? " (QUICK)" : ""}`);
+  const mb = skipMashbox ? null : await benchMashbox();
+  if (mb) console.log(
+    `mashbox      prefill ${mb.prefill.toFixed(1)} tok/s | decode ${mb.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${mb.agg.toFixed(1)} tok/s`,
   );
   if (mb) console.log(
-    `ratio        prefill ${(mb.prefill / ll.prefill).toFixed(2)}x | decode ${(mb.decode / ll.decode).toFixed(2)}x | ${STREAMS}-stream ${(mb.agg / ll.agg).toFixed(2)}x` +
-      ` (targets >= 1.0x, >= 1.0x, >= 2x llama-server's ~39 tok/s: ${(mb.agg / 39).toFixed(2)}x)`,
+    `mashbox RSS  before load ${mib(mb.rssBefore)} MiB, after load ${mib(mb.rssAfter)} MiB (+${mib(mb.rssAfter - mb.rssBefore)}); ` +
+      `file ${mib(fileBytes)} MiB + KV ${mib(mb.kv_bytes)} MiB = ${mib(fileBytes + mb.kv_bytes)} MiB`,
   );
+  if (!skipLlama) {
+    const ll = await benchLlama();
+    console.log(
+      `llama.cpp    prefill ${ll.prefill.toFixed(1)} tok/s | decode ${ll.decode.toFixed(1)} tok/s | ${STREAMS}-stream ${ll.agg.toFixed(1)} tok/s`,
+    );
+    if (mb) console.log(
+      `ratio        prefill ${(mb.prefill / ll.prefill).toFixed(2)}x | decode ${(mb.decode / ll.decode).toFixed(2)}x | ${STREAMS}-stream ${(mb.agg / ll.agg).toFixed(2)}x` +
+        ` (targets >= 1.0x, >= 1.0x, >= 2x llama-server's ~39 tok/s: ${(mb.agg / 39).toFixed(2)}x)`,
+    );
+  }
+}
+if (LONG.length > 0) {
+  console.log(`long prefill: ${LONG.join(", ")} tokens, one sequence, ctx ${LONG_CTX}, batch 512, threads ${THREADS}`);
+  const mbl = skipMashbox ? null : await benchMashboxLong();
+  const lll = skipLlama ? null : await benchLlamaLong();
+  for (const [k, n] of LONG.entries()) {
+    const a = mbl?.[k];
+    const b = lll?.[k];
+    console.log(
+      `long ${String(n).padStart(6)}  mashbox ${a ? `${a.rate.toFixed(1)} tok/s (${a.s.toFixed(1)} s)` : "-"}` +
+        ` | llama.cpp ${b ? `${b.rate.toFixed(1)} tok/s (${b.s.toFixed(1)} s)` : "-"}` +
+        (a && b ? ` | ratio ${(a.rate / b.rate).toFixed(2)}x` : ""),
+    );
+  }
 }

@@ -39,8 +39,8 @@ const KernelTable& active_table() {
 
 const char* kernels_backend() { return kq::active_table().name; }
 
-void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool) {
-  kq::matmul_with(kq::active_table(), W, x, y, T, pool);
+void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool, MatmulScratch* scratch) {
+  kq::matmul_with(kq::active_table(), W, x, y, T, pool, scratch);
 }
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   kq::active_table().rmsnorm(out, x, weight, n, eps);
@@ -51,5 +51,10 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq
 void silu_mul(float* gate, const float* up, int n) { kq::active_table().silu_mul(gate, up, n); }
 void softmax(float* x, int n) { kq::active_table().softmax(x, n); }
 void add(float* out, const float* a, int n) { kq::ref::add(out, a, n); }
+void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
+               int Dh, int p0, float scale, float* scratch) {
+  kq::active_table().attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch);
+}
+size_t attention_scratch_floats(int n, int G, int Dh, int n_keys) { return kq::attn_scratch_floats(n * G, Dh, n_keys); }
 
 }  // namespace mb

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include "../gguf/gguf.h"
 
 namespace mb {
@@ -20,13 +21,21 @@ struct QMatrix {
 };
 size_t ggml_row_bytes(GgmlType t, int64_t k);
 
+// Caller-owned room for matmul's quantized activations ([T][row bytes of W's partner type]). It
+// grows to the largest call it has seen and is then reused, so a caller that keeps one (a model
+// does) allocates nothing per call. One matmul at a time per scratch.
+struct MatmulScratch {
+  std::vector<uint8_t> xq;
+};
+
 // y[T, N] = x[T, K] · W^T. The activations are quantized to W's partner type (q8_0 / q8_1 / q8_K)
 // once per call, and each weight row is read once per call for all T rows (a real GEMM).
-// pool may be null (runs on the calling thread). Row t of y does not depend on T or on the
-// other rows of x (same bits whether a token is computed alone or in a batch).
+// pool may be null (runs on the calling thread); scratch may be null (a temporary buffer per
+// call). Row t of y does not depend on T or on the other rows of x (same bits whether a token
+// is computed alone or in a batch).
 // Throws std::invalid_argument for a type without a dot product or K not a block multiple.
 // Supported W types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
-void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool);
+void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool, MatmulScratch* scratch = nullptr);
 
 // Expert matmul for MoE: rows of x routed to one expert (W is that expert's slice).
 // Same contract as matmul; exists so the MoE path can batch tokens per expert.
@@ -43,4 +52,37 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq
 void silu_mul(float* gate, const float* up, int n);  // gate[n] = silu(gate) * up
 void softmax(float* x, int n);                      // in place
 void add(float* out, const float* a, int n);        // out += a
+
+// ---- Attention over an f16 KV cache ----
+// Dimension legend (attention): n query positions of one sequence, consecutive, the first at
+// position p0; G query heads that share the KV head; Dh head dim; R = n*G query rows, row
+// r = i*G + h (position p0 + i, head h); N >= p0 + n keys the scratch is sized for; keys and
+// values at positions [0, p0 + n).
+//
+// Causal attention of those rows against one KV head, tiled like flash attention (blocks of keys
+// that stay in L1 against blocks of query rows; each key and value read once per call):
+//   out[i][h] = sum_{j <= p0+i} f16(softmax_j(scale * f16(q[i][h]) . k[j])) * v[j]
+// Numerics: bit for bit those of llama.cpp's non-flash attention on the CPU (ggml-cpu's AVX-512
+// build, as node-llama-cpp runs it on the machines the oracle tests run on) for a batch of two or
+// more tokens: q rounded to f16; scores summed as its f16 GEMM (tinyBLAS) sums them, then scaled;
+// its softmax (ggml_v_expf, the sum in 16-key chunks added in double, times the f32 reciprocal);
+// probabilities rounded to f16; the product with V summed in tinyBLAS's order again. ref/ops.cpp
+// spells the arithmetic out. Why so exact: the f16 rounding of the probabilities turns any
+// last-bit difference before it into a 2^-11 relative one, which the models amplify (the oracle
+// fixtures moved from ~1e-5 to ~5e-2 away from llama.cpp with an online softmax in f32, and the
+// default model's greedy picks split from llama.cpp's at near-ties with only the summation
+// orders differing). A one-pass online softmax cannot do this rounding (it needs each row's max and
+// sum over all its keys first), hence three sweeps over the keys with exp(s - max) kept per key.
+// (llama.cpp runs a single-token batch through ggml_vec_dot_f16 instead, which sums in another
+// order; following it would make a row's bits depend on its batch, so decode rows here get the
+// multi-token arithmetic.)
+// Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
+// p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
+//   q       [n][G][Dh] f32; ldq floats between positions, heads of one position Dh apart
+//   k, v    [p0+n][Dh] f16 bits, positions Dh apart
+//   out     [n][G][Dh] f32; ldo floats between positions
+//   scratch attention_scratch_floats(n, G, Dh, N) floats, private to this call
+void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
+               int Dh, int p0, float scale, float* scratch);
+size_t attention_scratch_floats(int n, int G, int Dh, int n_keys);
 }  // namespace mb

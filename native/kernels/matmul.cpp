@@ -19,7 +19,8 @@ constexpr size_t kL2Budget = 1 << 20;        // weight bytes per thread assumed 
 constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
 }  // namespace
 
-void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool) {
+void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
+                 MatmulScratch* scratch) {
   if (T <= 0 || W.N <= 0) return;
   const int slot = type_slot(W.type);
   if (slot < 0 || !kt.dot[slot])
@@ -31,21 +32,24 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   const size_t xrb = ggml_row_bytes(vt, K);      // quantized activation row bytes
   const int nth = pool ? pool->size() : 1;
 
-  // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call
-  std::vector<uint8_t> buf;
+  // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call, in the
+  // caller's scratch when it gave one (grown, never shrunk, so steady state allocates nothing)
+  std::vector<uint8_t> local;
+  std::vector<uint8_t>& buf = scratch ? scratch->xq : local;
   const uint8_t* xq;
   if (vt == GgmlType::F32) {
     xq = reinterpret_cast<const uint8_t*>(x);
   } else {
-    buf.resize((size_t)T * xrb);
+    if (buf.size() < (size_t)T * xrb) buf.resize((size_t)T * xrb);
+    uint8_t* xb = buf.data();
     if (nth > 1 && T >= kParallelQuantRows) {
       pool->run([&](int ith, int n) {
-        for (int t = ith; t < T; t += n) quantize_row_for(kt, W.type, x + (size_t)t * K, buf.data() + (size_t)t * xrb, K);
+        for (int t = ith; t < T; t += n) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
       });
     } else {
-      for (int t = 0; t < T; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, buf.data() + (size_t)t * xrb, K);
+      for (int t = 0; t < T; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
     }
-    xq = buf.data();
+    xq = xb;
   }
 
   const DotFn dot = kt.dot[slot];

@@ -101,6 +101,7 @@ const KernelTable& ref_table() {
     k.rmsnorm = ref::rmsnorm;
     k.softmax = ref::softmax;
     k.silu_mul = ref::silu_mul;
+    k.attention = ref::attention;
     return k;
   }();
   return t;

@@ -1,11 +1,15 @@
 // Shared decoder body (see decoder.h for the dimension legend). Per layer and step:
 //   xn = rmsnorm(x) ; q,k,v = xn·Wq,Wk,Wv (+bias) ; per-head rmsnorm(q,k) ; rope(q,k)
-//   K/V -> cache ; att = softmax(q·K^T / sqrt(Dh)) · V ; x += att·Wo
+//   K/V -> cache (f16) ; att = softmax(q·K^T / sqrt(Dh)) · V ; x += att·Wo
 //   xn = rmsnorm(x) ; x += ffn(xn)
-// Each matmul takes all T tokens of the step at once (one GEMM per weight per step).
+// Each matmul takes all T tokens of the step at once (one GEMM per weight per step). Attention
+// takes each run of consecutive positions of one slot in blocks of Bq positions, per KV head, and
+// hands it to the tiled kernel (kernels.h: mb::attention), so the keys and values are read once
+// per block of queries rather than once per query.
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 
@@ -125,7 +129,7 @@ DecoderBase::DecoderBase(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
 
   const size_t kv_elems = (size_t)cfg_.n_layer * S_ * Hk_ * C_ * Dh_;
   k_cache_.assign(kv_elems, 0);
-  v_cache_.assign(kv_elems, 0.f);
+  v_cache_.assign(kv_elems, 0);
   slot_len_.assign(S_, 0);
   len_scratch_.assign(S_, 0);
 
@@ -137,12 +141,19 @@ DecoderBase::DecoderBase(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
   v_.assign((size_t)Tm_ * KD, 0.f);
   att_.assign((size_t)Tm_ * HD, 0.f);
   tmp_.assign((size_t)Tm_ * D_, 0.f);
-  scores_.assign((size_t)P * G_ * C_, 0.f);
   rows_.assign(Tm_, 0);
+  // ~96 query rows per item: the kernel converts each key block once per item, so fewer rows
+  // would spend more on conversion; more would leave too few items to share out in a chunk.
+  Bq_ = std::max(1, std::min(Tm_, 96 / G_));
+  attn_items_.reserve((size_t)Tm_ * Hk_);
+  // the kernel keeps a score for every (row, key) of an item and 16 partial sums per output:
+  // about Bq * G * (C + 16 * Dh) floats per thread
+  attn_scratch_n_ = attention_scratch_floats(Bq_, G_, Dh_, C_);
+  attn_scratch_.assign((size_t)P * attn_scratch_n_, 0.f);
 }
 
 size_t DecoderBase::kv_bytes() const {
-  return k_cache_.size() * sizeof(uint16_t) + v_cache_.size() * sizeof(float);
+  return k_cache_.size() * sizeof(uint16_t) + v_cache_.size() * sizeof(uint16_t);
 }
 
 void DecoderBase::kv_truncate(int slot, int pos) {
@@ -158,7 +169,7 @@ void DecoderBase::kv_copy(int src, int dst, int n) {
   for (int il = 0; il < cfg_.n_layer; il++)
     for (int g = 0; g < Hk_; g++) {
       std::memcpy(&k_cache_[kv_index(il, dst, g, 0)], &k_cache_[kv_index(il, src, g, 0)], (size_t)n * Dh_ * 2);
-      std::memcpy(&v_cache_[kv_index(il, dst, g, 0)], &v_cache_[kv_index(il, src, g, 0)], (size_t)n * Dh_ * 4);
+      std::memcpy(&v_cache_[kv_index(il, dst, g, 0)], &v_cache_[kv_index(il, src, g, 0)], (size_t)n * Dh_ * 2);
     }
   slot_len_[dst] = n;
 }
@@ -204,9 +215,9 @@ void DecoderBase::forward_chunk(const int32_t* token, const int32_t* pos, const 
   for (int il = 0; il < cfg_.n_layer; il++) {
     const Layer& l = layers_[il];
     par_for(T, [&](int t) { rmsnorm(xn + (size_t)t * D_, x + (size_t)t * D_, l.attn_norm.data(), D_, eps); });
-    matmul(l.wq, xn, q_.data(), T, pool_);
-    matmul(l.wk, xn, k_.data(), T, pool_);
-    matmul(l.wv, xn, v_.data(), T, pool_);
+    mm(l.wq, xn, q_.data(), T);
+    mm(l.wk, xn, k_.data(), T);
+    mm(l.wv, xn, v_.data(), T);
     par_for(T, [&](int t) {
       float* qt = &q_[(size_t)t * HD];
       float* kt = &k_[(size_t)t * KD];
@@ -222,15 +233,15 @@ void DecoderBase::forward_chunk(const int32_t* token, const int32_t* pos, const 
       rope(kt, Hk_, Dh_, cfg_.rope_dim, pos[t], cfg_.rope_freq_base, cfg_.rope_neox);
       for (int g = 0; g < Hk_; g++) {
         uint16_t* kc = &k_cache_[kv_index(il, slot[t], g, pos[t])];
-        float* vc = &v_cache_[kv_index(il, slot[t], g, pos[t])];
+        uint16_t* vc = &v_cache_[kv_index(il, slot[t], g, pos[t])];
         for (int d = 0; d < Dh_; d++) {
           kc[d] = f32_to_f16(kt[g * Dh_ + d]);
-          vc[d] = round_f16(vt[g * Dh_ + d]);
+          vc[d] = f32_to_f16(vt[g * Dh_ + d]);
         }
       }
     });
     attention(il, pos, slot, T);
-    matmul(l.wo, att_.data(), tmp_.data(), T, pool_);
+    mm(l.wo, att_.data(), tmp_.data(), T);
     par_for(T, [&](int t) {
       add(x + (size_t)t * D_, &tmp_[(size_t)t * D_], D_);
       rmsnorm(xn + (size_t)t * D_, x + (size_t)t * D_, l.ffn_norm.data(), D_, eps);
@@ -245,44 +256,45 @@ void DecoderBase::forward_chunk(const int32_t* token, const int32_t* pos, const 
     if (want[t]) rows_[n++] = t;
   if (n == 0) return;
   par_for(n, [&](int i) { rmsnorm(xn + (size_t)i * D_, x + (size_t)rows_[i] * D_, output_norm_.data(), D_, eps); });
-  matmul(output_, xn, out, n, pool_);
+  mm(output_, xn, out, n);
 }
 
-// One work item per (token, KV head): the G query heads sharing that KV head score against the
-// slot's keys [0, pos] in a single f16 GEMM, then mix the values.
+// Work items: each maximal run of batch rows that are consecutive positions of one slot (a
+// prefill chunk; a decode row is a run of one), cut into blocks of Bq positions, times the Hk KV
+// heads. Items go largest first to whichever thread is free, since causal blocks differ in size.
+// A row's result does not depend on how its run was cut (see mb::attention), so neither does it
+// depend on the rest of the batch.
 void DecoderBase::attention(int il, const int32_t* pos, const int32_t* slot, int T) {
   const int HD = H_ * Dh_;
   const float scale = 1.0f / std::sqrt((float)Dh_);
-  auto item = [&](int i, int ith) {
-    const int t = i / Hk_, g = i % Hk_;
-    const int n = pos[t] + 1;
-    float* sc = &scores_[(size_t)ith * G_ * C_];  // [G, n]
-    const QMatrix keys{GgmlType::F16, Dh_, n, reinterpret_cast<const uint8_t*>(&k_cache_[kv_index(il, slot[t], g, 0)])};
-    matmul(keys, &q_[(size_t)t * HD + (size_t)g * G_ * Dh_], sc, G_, nullptr);
-    const float* vals = &v_cache_[kv_index(il, slot[t], g, 0)];  // [n, Dh]
-    for (int r = 0; r < G_; r++) {
-      float* s = sc + (size_t)r * n;
-      for (int p = 0; p < n; p++) s[p] *= scale;
-      softmax(s, n);
-      float* o = &att_[(size_t)t * HD + (size_t)(g * G_ + r) * Dh_];
-      std::fill(o, o + Dh_, 0.f);
-      for (int p = 0; p < n; p++) {
-        // ggml multiplies the f16 V cache by probabilities converted to f16
-        const float w = round_f16(s[p]);
-        const float* vp = vals + (size_t)p * Dh_;
-        for (int d = 0; d < Dh_; d++) o[d] += w * vp[d];
-      }
-    }
-  };
-  const int items = T * Hk_;
-  const int nth = pool_ ? pool_->size() : 1;
-  if (nth <= 1 || items <= 1) {
-    for (int i = 0; i < items; i++) item(i, 0);
-  } else {
-    pool_->run([&](int ith, int nt) {
-      for (int i = ith; i < items; i += nt) item(i, ith);
-    });
+  std::vector<AttnItem>& items = attn_items_;  // reserved for Tm * Hk: no allocation
+  items.clear();
+  for (int t0 = 0; t0 < T;) {
+    int t1 = t0 + 1;
+    while (t1 < T && t1 - t0 < Bq_ && slot[t1] == slot[t0] && pos[t1] == pos[t1 - 1] + 1) t1++;
+    const int n = t1 - t0;
+    const double cost = (double)n * G_ * (pos[t0] + n);
+    for (int g = 0; g < Hk_; g++) items.push_back({t0, n, g, cost});
+    t0 = t1;
   }
+  std::sort(items.begin(), items.end(), [](const AttnItem& a, const AttnItem& b) { return a.cost > b.cost; });
+  auto run = [&](const AttnItem& it, float* scratch) {
+    const size_t off = kv_index(il, slot[it.t0], it.g, 0);
+    const size_t qo = (size_t)it.t0 * HD + (size_t)it.g * G_ * Dh_;  // first head of the group
+    mb::attention(&q_[qo], HD, &k_cache_[off], &v_cache_[off], &att_[qo], HD, it.n, G_, Dh_, pos[it.t0], scale,
+                  scratch);
+  };
+  const int n_items = (int)items.size();
+  const int nth = pool_ ? pool_->size() : 1;
+  if (nth <= 1 || n_items <= 1) {
+    for (const AttnItem& it : items) run(it, attn_scratch_.data());
+    return;
+  }
+  std::atomic<int> next{0};
+  pool_->run([&](int ith, int) {
+    float* scratch = &attn_scratch_[(size_t)ith * attn_scratch_n_];
+    for (int i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run(items[i], scratch);
+  });
 }
 
 }  // namespace model_detail

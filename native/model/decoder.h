@@ -1,10 +1,11 @@
 // Internal to native/model: the part every supported architecture shares — token embedding,
 // pre-norm attention with GQA/RoPE (optional QKV biases, optional per-head Q/K RMSNorm), the
-// f16-rounded KV cache, final norm and output head. Each architecture file supplies the FFN.
+// f16 KV cache, final norm and output head. Each architecture file supplies the FFN.
 //
 // Dimension legend (see model.h): T tokens in this step (<= Tm, the max batch given at load),
 // D n_embd, H heads, Hk KV heads, G = H / Hk query heads per KV head, Dh head dim,
-// F n_ff, V n_vocab, S slots, C context per slot, L layers, P = threads in the pool.
+// F n_ff, V n_vocab, S slots, C context per slot, L layers, P = threads in the pool,
+// Bq query positions per attention work item.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -20,7 +21,7 @@
 namespace mb {
 namespace model_detail {
 
-// IEEE binary16 conversions, round to nearest even like ggml's GGML_FP32_TO_FP16.
+// IEEE binary16 conversion for the KV cache, round to nearest even like ggml's GGML_FP32_TO_FP16.
 inline uint16_t f32_to_f16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -40,24 +41,6 @@ inline uint16_t f32_to_f16(float f) {
   a += 0xc8000fffu + ((a >> 13) & 1u);  // rebias exponent by -112 and round half to even
   return (uint16_t)(sign | (a >> 13));
 }
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  const uint32_t em = h & 0x7fffu;
-  uint32_t x;
-  if (em >= 0x7c00u) {
-    x = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
-  } else if (em >= 0x400u) {
-    x = sign | ((em << 13) + 0x38000000u);
-  } else {
-    float f = (float)em * (1.0f / 16777216.0f);
-    std::memcpy(&x, &f, 4);
-    x |= sign;
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 
 // Loader helpers: every failure names the tensor and what was expected.
 QMatrix weight_2d(const GgufFile& f, const std::string& name, int64_t K, int64_t N);
@@ -83,6 +66,8 @@ class DecoderBase : public Model {
   // Runs fn(i) for i in [0, n) over the pool, strided so neighbouring items land on different threads.
   template <class Fn>
   void par_for(int n, const Fn& fn);
+  // y[T, N] = x[T, K] · W^T through the model's own matmul scratch (no allocation per call).
+  void mm(const QMatrix& W, const float* x, float* y, int T) { matmul(W, x, y, T, pool_, &mm_scratch_); }
 
   struct Layer {
     std::vector<float> attn_norm;           // [D]
@@ -103,11 +88,11 @@ class DecoderBase : public Model {
   std::vector<float> output_norm_;          // [D]
   std::vector<Layer> layers_;               // [L]
 
-  // KV cache. K is stored as f16 (llama.cpp's default cache type) so the score GEMM runs the
-  // f16 kernel and rounds q to f16 exactly as ggml does. V holds f16-rounded values in f32:
-  // the same numbers as an f16 cache, without an f16 axpy kernel in the kernel API.
+  // KV cache in f16, llama.cpp's default cache type: the attention kernel reads both as f16 and
+  // rounds q to f16 for the scores as ggml does. One (layer, slot, head) is C positions in a row,
+  // which is what the kernel walks.
   std::vector<uint16_t> k_cache_;           // [L][S][Hk][C][Dh]
-  std::vector<float> v_cache_;              // [L][S][Hk][C][Dh]
+  std::vector<uint16_t> v_cache_;           // [L][S][Hk][C][Dh]
   std::vector<int> slot_len_;               // [S] positions [0, len) hold valid KV
   std::vector<int> len_scratch_;            // [S] slot_len_ while a batch is being validated
 
@@ -119,8 +104,18 @@ class DecoderBase : public Model {
   std::vector<float> v_;                    // [Tm, Hk*Dh]
   std::vector<float> att_;                  // [Tm, H*Dh] attention output before wo
   std::vector<float> tmp_;                  // [Tm, D] sublayer output before the residual add
-  std::vector<float> scores_;               // [P][G, C] per-thread attention scores
   std::vector<int> rows_;                   // [Tm] batch rows whose logits are wanted
+  MatmulScratch mm_scratch_;                // quantized activations of the current matmul
+
+  // Attention work: one item per (run of <= Bq consecutive positions of one slot, KV head).
+  struct AttnItem {
+    int t0, n, g;   // batch rows [t0, t0 + n), KV head g
+    double cost;    // ~ query rows x keys, for largest-first scheduling
+  };
+  int Bq_;                                  // positions per item: ~96 query rows (Bq * G)
+  std::vector<AttnItem> attn_items_;        // [<= Tm * Hk] this step's items, reserved at load
+  size_t attn_scratch_n_;                   // floats of attention scratch per thread (~Bq*G*(C + 16*Dh))
+  std::vector<float> attn_scratch_;         // [P][attn_scratch_n_]
 
   size_t kv_index(int il, int slot, int g, int pos) const {
     return ((((size_t)il * S_ + slot) * Hk_ + g) * C_ + pos) * Dh_;

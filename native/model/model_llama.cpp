@@ -30,10 +30,10 @@ class LlamaModel final : public model_detail::DecoderBase {
   void ffn(int il, const float* xn, float* out, int T) override {
     const FfnWeights& w = ffn_[il];
     const int F = cfg_.n_ff;
-    matmul(w.gate, xn, gate_.data(), T, pool_);
-    matmul(w.up, xn, up_.data(), T, pool_);
+    mm(w.gate, xn, gate_.data(), T);
+    mm(w.up, xn, up_.data(), T);
     par_for(T, [&](int t) { silu_mul(&gate_[(size_t)t * F], &up_[(size_t)t * F], F); });
-    matmul(w.down, gate_.data(), out, T, pool_);
+    mm(w.down, gate_.data(), out, T);
   }
 
  private:

@@ -45,7 +45,7 @@ class Qwen3MoeModel final : public model_detail::DecoderBase {
  protected:
   void ffn(int il, const float* xn, float* out, int T) override {
     const MoeLayer& m = layers_moe_[il];
-    matmul(m.router, xn, route_.data(), T, pool_);
+    mm(m.router, xn, route_.data(), T);
     par_for(T, [&](int t) {
       float* p = &route_[(size_t)t * E_];
       softmax(p, E_);
@@ -74,10 +74,10 @@ class Qwen3MoeModel final : public model_detail::DecoderBase {
       if (n == 0) continue;
       for (int i = 0; i < n; i++)
         std::memcpy(&xe_[(size_t)i * D_], xn + (size_t)(members_[i] / Ek_) * D_, (size_t)D_ * 4);
-      matmul(slice(m.gate, e), xe_.data(), ge_.data(), n, pool_);
-      matmul(slice(m.up, e), xe_.data(), ue_.data(), n, pool_);
+      mm(slice(m.gate, e), xe_.data(), ge_.data(), n);
+      mm(slice(m.up, e), xe_.data(), ue_.data(), n);
       par_for(n, [&](int i) { silu_mul(&ge_[(size_t)i * F_], &ue_[(size_t)i * F_], F_); });
-      matmul(slice(m.down, e), ge_.data(), ye_.data(), n, pool_);
+      mm(slice(m.down, e), ge_.data(), ye_.data(), n);
       for (int i = 0; i < n; i++)
         std::memcpy(&res_[(size_t)members_[i] * D_], &ye_[(size_t)i * D_], (size_t)D_ * 4);
     }

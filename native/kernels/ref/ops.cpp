@@ -64,6 +64,80 @@ void add(float* out, const float* a, int n) {
   for (int i = 0; i < n; i++) out[i] += a[i];
 }
 
+// ---- attention ----
+// The arithmetic of llama.cpp's non-flash attention on the CPU (ggml-cpu's AVX-512 build, which
+// the oracle tests run), written one value at a time, for one query row:
+//   score    the f16 GEMM of tinyBLAS (llamafile sgemm), as ggml runs it for a batch of 2+ tokens:
+//            16 lanes, lane l accumulating q[d] * k[d] for d = l, l+16, ... with fma from 0, then
+//            folded 16 -> 8 -> 4 -> 2 -> 1 (_mm512_reduce_add_ps); times scale (soft_max_ext)
+//   softmax  ggml_vec_soft_max_f32: e = ggml_v_expf(s - max), summed 16 keys at a time (the same
+//            fold), the chunk sums added in double; p = e * (float)(1 / sum)
+//   output   p rounded to f16 (mul_mat's conversion of its second operand), then the f16 GEMM
+//            again: per output dim, 16 chains over the keys (key j into chain j % 16), folded
+//            the same way.
+// Keys past the row's position contribute nothing (ggml's mask makes them exact zeros).
+
+// _mm512_reduce_add_ps's order
+static float fold16(const float* x) {
+  float t3[8], t6[4];
+  for (int l = 0; l < 8; l++) t3[l] = x[l + 8] + x[l];
+  for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+// ggml_v_expf of the AVX-512 build for x <= 0 (the only arguments a softmax has); it returns j * 2^n
+// through scalef, exact for normal results. Results below 2^-126 are taken as 0 here (ggml keeps
+// the subnormal): such an e adds nothing to a sum >= 1 and rounds to 0 as an f16 probability.
+float ggml_expf(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  if (!(n >= -126.0f)) return 0.0f;
+  return j * std::ldexp(1.0f, (int)n);
+}
+
+void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
+               int Dh, int p0, float scale, float* scratch) {
+  float* qh = scratch;       // [Dh] the query row rounded to f16
+  float* p = scratch + Dh;   // [p0 + n] scores, then e, then f16 probabilities
+  for (int i = 0; i < n; i++) {
+    const int nk = p0 + i + 1;
+    for (int h = 0; h < G; h++) {
+      const float* qr = q + (size_t)i * ldq + (size_t)h * Dh;
+      for (int d = 0; d < Dh; d++) qh[d] = h2f(f2h(qr[d]));
+      float max = -INFINITY;
+      for (int j = 0; j < nk; j++) {
+        const uint16_t* kj = k + (size_t)j * Dh;
+        float lane[16] = {0};
+        int d0 = 0;
+        for (; d0 + 16 <= Dh; d0 += 16)
+          for (int l = 0; l < 16; l++) lane[l] = std::fma(qh[d0 + l], h2f(kj[d0 + l]), lane[l]);
+        for (int l = 0; d0 + l < Dh; l++) lane[l] = std::fma(qh[d0 + l], h2f(kj[d0 + l]), lane[l]);  // Dh % 16 == 8
+        p[j] = fold16(lane) * scale;
+        max = std::fmax(max, p[j]);
+      }
+      double sum = 0;
+      for (int j0 = 0; j0 < nk; j0 += 16) {
+        float chunk[16] = {0};
+        for (int j = j0; j < j0 + 16 && j < nk; j++) chunk[j - j0] = p[j] = ggml_expf(p[j] - max);
+        sum += (double)fold16(chunk);
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int j = 0; j < nk; j++) p[j] = h2f(f2h(p[j] * inv));
+      float* orow = out + (size_t)i * ldo + (size_t)h * Dh;
+      for (int d = 0; d < Dh; d++) {
+        float chain[16] = {0};
+        for (int j = 0; j < nk; j++) chain[j % 16] = std::fma(p[j], h2f(v[(size_t)j * Dh + d]), chain[j % 16]);
+        orow[d] = fold16(chain);
+      }
+    }
+  }
+}
+
 }  // namespace ref
 }  // namespace kq
 }  // namespace mb

@@ -2,7 +2,9 @@
 //   mb_logits MODEL --tokens 1,2,3 [--out FILE] [--positions last|all|i,j,..] [--greedy N]
 //             [--threads N] [--ctx C] [--batch B]
 //   mb_logits MODEL --info      (one JSON line: arch and dimensions)
-//   mb_logits MODEL --bench [--threads N] [--prefill 512] [--decode 128]
+//   mb_logits MODEL --bench [--threads N] [--prefill 512] [--decode 128] [--batch B] [--reps R]
+//     prefill goes through one forward() split into chunks of B (512, as the engine's max batch);
+//     R timed prefills (after one warm-up unless --no-warmup), each number reported and the median.
 // The prompt goes through one forward() (in chunks of B). Without --greedy, --out receives the
 // logits of --positions as raw float32 [rows, V]. With --greedy N, N tokens are decoded one at a
 // time (T = 1), their ids printed on one line, and --out receives the N distributions they were
@@ -53,7 +55,7 @@ int usage() {
                "usage: mb_logits MODEL --tokens IDS [--out FILE] [--positions last|all|I,J] [--greedy N]\n"
                "                 [--threads N] [--ctx C] [--batch B]\n"
                "       mb_logits MODEL --info\n"
-               "       mb_logits MODEL --bench [--threads N] [--prefill T] [--decode N]\n");
+               "       mb_logits MODEL --bench [--threads N] [--prefill T] [--decode N] [--batch B] [--reps R] [--no-warmup]\n");
   return 2;
 }
 
@@ -63,8 +65,8 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string path = argv[1], out_path, positions = "last";
   std::vector<int> tokens, force;
-  int greedy = 0, threads = 2, ctx = 0, batch = 512, prefill = 512, decode = 128;
-  bool bench = false, info = false;
+  int greedy = 0, threads = 2, ctx = 0, batch = 512, prefill = 512, decode = 128, reps = 1;
+  bool bench = false, info = false, warmup = true;
   for (int i = 2; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
     else if (a == "--info") info = true;
     else if (a == "--prefill") prefill = std::stoi(next());
     else if (a == "--decode") decode = std::stoi(next());
+    else if (a == "--reps") reps = std::max(1, std::stoi(next()));
+    else if (a == "--no-warmup") warmup = false;
     else return usage();
   }
   try {
@@ -99,7 +103,7 @@ int main(int argc, char** argv) {
     }
     if (bench) {
       if (ctx == 0) ctx = prefill + decode + 1;
-      auto model = mb::Model::load(file, 1, ctx, &pool, std::max(batch, prefill));
+      auto model = mb::Model::load(file, 1, ctx, &pool, batch);
       const int V = model->config().n_vocab;
       std::vector<float> logits(V);
       mb::Batch b;
@@ -110,13 +114,22 @@ int main(int argc, char** argv) {
         b.logits.push_back(t == prefill - 1);
       }
       // one untimed warm-up pass faults in the mapping and the caches
-      model->forward(b, logits.data());
-      model->kv_truncate(0, 0);
-      double t0 = now_s();
-      model->forward(b, logits.data());
-      const double pre = now_s() - t0;
+      if (warmup) {
+        model->forward(b, logits.data());
+        model->kv_truncate(0, 0);
+      }
+      std::vector<double> times;
+      for (int r = 0; r < reps; r++) {
+        model->kv_truncate(0, 0);
+        const double t0 = now_s();
+        model->forward(b, logits.data());
+        times.push_back(now_s() - t0);
+        std::fprintf(stderr, "prefill T=%d rep %d: %.3f s (%.1f tok/s)\n", prefill, r, times.back(), prefill / times.back());
+      }
+      std::sort(times.begin(), times.end());
+      const double pre = times[times.size() / 2];
       int tok = argmax(logits.data(), V);
-      t0 = now_s();
+      double t0 = now_s();
       for (int s = 0; s < decode; s++) {
         mb::Batch d;
         d.token = {tok};
@@ -127,8 +140,9 @@ int main(int argc, char** argv) {
         tok = argmax(logits.data(), V);
       }
       const double dec = now_s() - t0;
-      std::printf("threads %d  prefill T=%d: %.1f tok/s (%.3f s)  decode %d steps: %.1f tok/s (%.2f ms/tok)\n",
-                  threads, prefill, prefill / pre, pre, decode, decode / dec, 1000.0 * dec / decode);
+      std::printf("threads %d  prefill T=%d (chunks of %d): %.1f tok/s (%.3f s, median of %d)  decode %d steps: %.1f tok/s (%.2f ms/tok)\n",
+                  threads, prefill, batch, prefill / pre, pre, reps, decode, decode > 0 ? decode / dec : 0.0,
+                  decode > 0 ? 1000.0 * dec / decode : 0.0);
       return 0;
     }
     if (tokens.empty()) return usage();

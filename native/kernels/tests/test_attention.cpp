@@ -1,0 +1,217 @@
+// Attention kernel tests (mb::attention, kernels.h):
+//  - ref/ against the definition computed in double (q rounded to f16, full softmax,
+//    probabilities rounded to f16) on random inputs: several head dims (incl. one that is not a
+//    multiple of 8, which falls back to ref, and one that is not a multiple of 16), GQA group
+//    sizes, and runs (p0, n) around the key block size, so the causal edge lands on, before and
+//    after block, 16-key chunk and 4-key group boundaries. A probability within float noise of an
+//    f16 rounding midpoint may round either way in float arithmetic; each such key adds its f16
+//    step times |v| to the allowed error;
+//  - avx2/ against ref/, bit for bit (both carry out llama.cpp's arithmetic, see ref/ops.cpp);
+//  - batch independence, bit for bit: a run computed at once equals each of its positions
+//    computed alone and the run cut in two at any point;
+//  - no reads past the keys [0, p0 + n) and no use of stale scratch (both are NaN-poisoned).
+//
+// Dimension legend: n query positions from p0, G query heads per KV head, Dh head dim,
+// R = n * G query rows, N = p0 + n keys.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blocks.h"
+#include "ref/ref.h"
+
+using namespace mb;
+using namespace mb::kq;
+
+static int g_fail = 0, g_checks = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    g_checks++;                                            \
+    if (!(cond)) {                                         \
+      g_fail++;                                            \
+      if (g_fail < 40) {                                   \
+        std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+        std::printf(__VA_ARGS__);                          \
+        std::printf("\n");                                 \
+      }                                                    \
+    }                                                      \
+  } while (0)
+
+static std::mt19937 rng(7);
+
+struct Case {
+  int Dh, G, p0, n;
+  float qscale;  // spread of the scores: 1 is a soft softmax, 6 a peaky one that moves the max often
+};
+
+struct Inputs {
+  int Dh, G, p0, n;
+  size_t ldq;                 // floats between positions of q and out (wider than G*Dh: strides are honoured)
+  std::vector<float> q;       // [n][ldq]
+  std::vector<uint16_t> k, v; // [N + 8][Dh]; the 8 rows past N are NaN (must never be read)
+};
+
+static Inputs make_inputs(const Case& c) {
+  Inputs in{c.Dh, c.G, c.p0, c.n, (size_t)c.G * c.Dh + 8, {}, {}, {}};
+  const int N = c.p0 + c.n;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  in.q.resize((size_t)c.n * in.ldq);
+  for (auto& x : in.q) x = nd(rng) * c.qscale;
+  in.k.resize((size_t)(N + 8) * c.Dh);
+  in.v.resize((size_t)(N + 8) * c.Dh);
+  for (size_t i = 0; i < (size_t)N * c.Dh; i++) {
+    in.k[i] = f2h(nd(rng));
+    in.v[i] = f2h(nd(rng) * 2.0f);
+  }
+  for (size_t i = (size_t)N * c.Dh; i < in.k.size(); i++) in.k[i] = in.v[i] = 0x7e00;  // f16 NaN
+  return in;
+}
+
+// Runs positions [i0, i0 + m) of the inputs' run through fn; out rows land at their place in out.
+static void run_part(AttnFn fn, const Inputs& in, int i0, int m, std::vector<float>& out) {
+  std::vector<float> scratch(attn_scratch_floats(m * in.G, in.Dh, in.p0 + i0 + m), NAN);
+  fn(in.q.data() + (size_t)i0 * in.ldq, in.ldq, in.k.data(), in.v.data(), out.data() + (size_t)i0 * in.ldq, in.ldq, m,
+     in.G, in.Dh, in.p0 + i0, 1.0f / std::sqrt((float)in.Dh), scratch.data());
+}
+static std::vector<float> run_all(AttnFn fn, const Inputs& in) {
+  std::vector<float> out((size_t)in.n * in.ldq, -7.0f);  // the gaps between rows must stay untouched
+  run_part(fn, in, 0, in.n, out);
+  return out;
+}
+
+// The definition in double: full softmax over keys [0, p0 + i], probabilities rounded to f16.
+// slack[at]: the allowed extra error of output `at` from probabilities that sit so close to an
+// f16 rounding midpoint (relative 1e-5, far above the float noise of the scores) that a float
+// implementation may round them the other way.
+static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
+  std::vector<double> out((size_t)in.n * in.ldq, 0.0);
+  slack->assign(out.size(), 0.0);
+  const double scale = 1.0 / std::sqrt((double)in.Dh);
+  for (int i = 0; i < in.n; i++)
+    for (int h = 0; h < in.G; h++) {
+      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
+      const int nk = in.p0 + i + 1;
+      std::vector<double> s(nk);
+      double mx = -INFINITY;
+      for (int j = 0; j < nk; j++) {
+        double d = 0;
+        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
+        s[j] = d * scale;
+        mx = std::fmax(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
+      for (int j = 0; j < nk; j++) {
+        const double p = s[j] / sum;
+        const double p16 = h2f(f2h((float)p));
+        const double lo = h2f(f2h((float)(p * (1 - 1e-5)))), hi = h2f(f2h((float)(p * (1 + 1e-5))));
+        for (int e = 0; e < in.Dh; e++) {
+          const double ve = h2f(in.v[(size_t)j * in.Dh + e]);
+          out[at + e] += p16 * ve;
+          if (lo != hi) (*slack)[at + e] += (hi - lo) * std::fabs(ve);
+        }
+      }
+    }
+  return out;
+}
+
+// max over the output rows of |a - b| beyond the slack (0 = within it; slack may be null), and
+// whether the gaps between rows kept their fill
+static double max_err(const Inputs& in, const std::vector<float>& a, const std::vector<double>& b,
+                      const std::vector<double>* slack, bool* gaps_ok) {
+  double e = 0;
+  *gaps_ok = true;
+  for (int i = 0; i < in.n; i++)
+    for (size_t x = 0; x < in.ldq; x++) {
+      const size_t at = (size_t)i * in.ldq + x;
+      if (x < (size_t)in.G * in.Dh) {
+        const double d = std::fabs((double)a[at] - b[at]) - (slack ? (*slack)[at] : 0.0);
+        e = std::isnan(d) ? INFINITY : std::fmax(e, d);
+      } else if (a[at] != -7.0f) {
+        *gaps_ok = false;
+      }
+    }
+  return e;
+}
+static std::vector<double> widen(const std::vector<float>& a) { return std::vector<double>(a.begin(), a.end()); }
+
+int main() {
+  std::vector<Case> cases;
+  // runs around the block (64) and 4-key-group boundaries, decode rows (n = 1) deep in a cache
+  const int runs[][2] = {{0, 1},   {0, 2},   {0, 5},   {0, 37},  {0, 64},  {0, 65},   {0, 130}, {3, 1},
+                         {15, 1},  {16, 1},  {62, 1},  {63, 1},  {64, 1},  {65, 1},   {61, 7},  {127, 3},
+                         {100, 29}, {190, 70}, {1000, 1}, {1023, 2}, {1000, 45}, {2047, 1}};
+  for (int Dh : {64, 128, 40, 12})
+    for (int G : {1, 3, 4})
+      for (auto& r : runs) {
+        if ((Dh != 64 || G != 3) && r[0] + r[1] > 300) continue;  // long ones on the default model's shape only
+        cases.push_back({Dh, G, r[0], r[1], 1.0f});
+        if (Dh == 64) cases.push_back({Dh, G, r[0], r[1], 6.0f});
+      }
+
+  const KernelTable* fast = avx2_table();
+  if (!fast) std::printf("SKIPPED: no AVX2/FMA/F16C kernels on this build or CPU (ref checks only)\n");
+  double worst_ref = 0;
+  for (const Case& c : cases) {
+    const Inputs in = make_inputs(c);
+    const std::string what = "Dh=" + std::to_string(c.Dh) + " G=" + std::to_string(c.G) + " p0=" +
+                             std::to_string(c.p0) + " n=" + std::to_string(c.n) + " qscale=" + std::to_string(c.qscale);
+    std::vector<double> slack;
+    const std::vector<double> want = exact(in, &slack);
+    // Beyond the rounding-midpoint slack: outputs are sums of up to ~2000 terms p * v with
+    // |v| <~ 8, summed in float by avx2 (a few 1e-6), and the probabilities off by the float
+    // noise of the scores (~3e-6 relative at |s| ~ 30) where they do not change their f16 value.
+    const double tol = 2e-5;
+    bool gaps;
+    const std::vector<float> r = run_all(ref::attention, in);
+    const double er = max_err(in, r, want, &slack, &gaps);
+    worst_ref = std::fmax(worst_ref, er);
+    CHECK(er <= tol && gaps, "ref vs exact %s: max err beyond slack %.3g (gaps %s)", what.c_str(), er,
+          gaps ? "ok" : "written");
+    if (!fast) continue;
+
+    const std::vector<float> a = run_all(fast->attention, in);
+    CHECK(std::memcmp(a.data(), r.data(), a.size() * 4) == 0, "avx2 %s: not bit-identical to ref (max diff %.3g)",
+          what.c_str(), max_err(in, a, widen(r), nullptr, &gaps));
+
+    // each position alone, as a decode step would compute it
+    std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
+    for (int i = 0; i < in.n; i++) run_part(fast->attention, in, i, 1, alone);
+    CHECK(std::memcmp(alone.data(), a.data(), a.size() * 4) == 0, "avx2 %s: positions alone differ from the run", what.c_str());
+    // the run cut in two (prefill chunks end anywhere)
+    if (in.n > 1) {
+      const int cut = 1 + (int)(rng() % (unsigned)(in.n - 1));
+      std::vector<float> two((size_t)in.n * in.ldq, -7.0f);
+      run_part(fast->attention, in, 0, cut, two);
+      run_part(fast->attention, in, cut, in.n - cut, two);
+      CHECK(std::memcmp(two.data(), a.data(), a.size() * 4) == 0, "avx2 %s: run cut at %d differs", what.c_str(), cut);
+    }
+  }
+  // the reference is row by row, so it is batch independent by construction; check it once anyway
+  {
+    const Inputs in = make_inputs({64, 3, 70, 20, 1.0f});
+    const std::vector<float> all = run_all(ref::attention, in);
+    std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
+    for (int i = 0; i < in.n; i++) run_part(ref::attention, in, i, 1, alone);
+    CHECK(std::memcmp(alone.data(), all.data(), all.size() * 4) == 0, "ref: positions alone differ from the run");
+  }
+  // the public entry point routes to the picked table
+  {
+    const Inputs in = make_inputs({64, 3, 40, 9, 1.0f});
+    std::vector<float> a((size_t)in.n * in.ldq, -7.0f), b = a;
+    std::vector<float> scratch(attention_scratch_floats(in.n, in.G, in.Dh, in.p0 + in.n));
+    mb::attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), a.data(), in.ldq, in.n, in.G, in.Dh, in.p0, 0.125f,
+                  scratch.data());
+    active_table().attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), b.data(), in.ldq, in.n, in.G, in.Dh, in.p0,
+                             0.125f, scratch.data());
+    CHECK(a == b, "mb::attention differs from the active table's");
+  }
+  std::printf("%zu cases; max |ref - exact| beyond the f16-midpoint slack %.3g; avx2 %s\n", cases.size(), worst_ref,
+              fast ? "checked bit for bit against ref" : "not available");
+  std::printf("%d checks, %d failed\n", g_checks, g_fail);
+  return g_fail ? 1 : 0;
+}
