@@ -42,34 +42,49 @@ export async function runGeneration(
     ctx.body = dialect.whole(await collect(deps.engine, { ...req, whole: true }, abort.signal, tap));
     return;
   }
-  const { first, rest } = await startStream(deps.engine, req, abort.signal);
-  if (first === null) throw fromEngineError(UNFINISHED);
-  if (first.type === "error") throw fromEngineError(first);
+  const quiet_ms = deps.sse_keepalive_ms ?? SSE_KEEPALIVE_MS;
+  // A stream still waiting for a slot after one keep-alive period is committed to its 200 and
+  // kept alive while it waits (undici drops a response whose headers take 300 s); a refusal
+  // after that point arrives as the dialect's in-stream error.
+  const { first, pending, rest } = await startStream(deps.engine, req, abort.signal, quiet_ms);
+  if (first !== null) {
+    if (!first.ok) throw first.err;
+    if (first.r.done) throw fromEngineError(UNFINISHED);
+    if (first.r.value.type === "error") throw fromEngineError(first.r.value);
+  }
   const sse = openSse(ctx);
   sse.signal.addEventListener("abort", () => abort.abort());
   const enc = dialect.encoder();
   let last_write = Date.now();
+  let started = false;
   const send = (ev: GenerationEvent) => {
     tap(ev);
     sse.write(enc.push(ev));
+    started = true;
     last_write = Date.now();
   };
-  send(first);
-  const quiet_ms = deps.sse_keepalive_ms ?? SSE_KEEPALIVE_MS;
   const keepalive = setInterval(() => {
     if (enc.ended || Date.now() - last_write < quiet_ms) return;
-    sse.write(enc.keepalive?.() ?? [{ comment: "keep-alive" }]);
+    // Before the dialect's first event only a comment is safe (an Anthropic ping before
+    // message_start is out of order).
+    sse.write((started && enc.keepalive?.()) || [{ comment: "keep-alive" }]);
     last_write = Date.now();
   }, Math.max(10, Math.floor(quiet_ms / 3)));
   keepalive.unref();
+  if (first === null) sse.write([{ comment: "waiting for a slot" }]);
   // Koa sends the body only after the handler returns, so the stream is pumped in the background.
   void (async () => {
     try {
-      for (let r = await rest.next(); !r.done && !enc.ended; r = await rest.next()) send(r.value);
+      const step = await pending;
+      if (!step.ok) throw step.err;
+      if (!step.r.done) {
+        send(step.r.value);
+        for (let r = await rest.next(); !r.done && !enc.ended; r = await rest.next()) send(r.value);
+      }
       // An iterator that stops without "done"/"error" still ends the stream the dialect's way.
       if (!enc.ended && !abort.signal.aborted) send(UNFINISHED);
     } catch (err) {
-      const e = err instanceof ApiError ? err : new ApiError("engine_error", (err as Error).message);
+      const e = err instanceof ApiError ? err : new ApiError("engine_error", (err as Error)?.message ?? String(err));
       send({ type: "error", code: e.code, message: e.message });
     } finally {
       clearInterval(keepalive);

@@ -7,6 +7,8 @@ import OpenAI from "openai";
 import type { GenerationEvent } from "../../src/engine/types.js";
 import { createChatCompletion } from "../../src/handlers/createChatCompletion.js";
 import { createMessage } from "../../src/handlers/createMessage.js";
+import { createResponse } from "../../src/handlers/createResponse.js";
+import { ApiError } from "../../src/errors.js";
 import { fakeEngine, parseSse, serveHandler } from "../clients/fake-app.js";
 
 const usage = { prompt_tokens: 3, cached_tokens: 0, completion_tokens: 1, reasoning_tokens: 0 };
@@ -68,5 +70,93 @@ describe("SSE keep-alive while a stream is quiet", () => {
     } finally {
       await app.close();
     }
+  });
+
+  // A stream queued behind busy slots gets its headers after one keep-alive period, not at
+  // admission: a client must not wait 300 s for headers (undici's limit) just because others run.
+  describe("a stream still waiting for a slot", () => {
+    // the fake engine's first event (admission) comes 200 ms after submit; keep-alive period 30 ms
+    const queued = { tick_ms: 200 };
+
+    it("Messages: 200 with SSE comments while queued, then message_start; the SDK parses it", async () => {
+      const app = await serveHandler(createMessage, fakeEngine({ events: slow, ...queued }), "anthropic", { sse_keepalive_ms: 30 });
+      try {
+        const res = await post(app.url, { model: "m", max_tokens: 5, stream: true, messages: [{ role: "user", content: "hi" }] });
+        const raw = await res.text();
+        expect(res.status).to.equal(200);
+        expect(raw.startsWith(": waiting for a slot\n\n"), raw.slice(0, 80)).to.equal(true);
+        const before_start = raw.slice(0, raw.indexOf("event: message_start"));
+        expect(before_start, "no event before message_start").to.not.include("event:");
+        const events = parseSse(raw).map((e) => e.event);
+        expect(events[0]).to.equal("message_start");
+        expect(events.at(-1)).to.equal("message_stop");
+
+        const client = new Anthropic({ baseURL: app.url, apiKey: "k", maxRetries: 0 });
+        const msg = await client.messages.stream({ model: "m", max_tokens: 5, messages: [{ role: "user", content: "hi" }] }).finalMessage();
+        expect(msg.content[0]).to.include({ type: "text", text: "Hi" });
+      } finally {
+        await app.close();
+      }
+    });
+
+    it("Responses: comments, then response.created ... response.completed with sequence numbers from 0", async () => {
+      const app = await serveHandler(createResponse, fakeEngine({ events: slow, ...queued }), "openai", { sse_keepalive_ms: 30 });
+      try {
+        const res = await post(app.url, { model: "fake-model", stream: true, input: "hi" });
+        const raw = await res.text();
+        expect(raw.startsWith(": waiting for a slot\n\n")).to.equal(true);
+        const frames = parseSse(raw);
+        expect(frames[0].data.type).to.equal("response.created");
+        expect(frames.map((f) => f.data.sequence_number)).to.deep.equal(frames.map((_, i) => i));
+        expect(frames.at(-1)!.data.type).to.equal("response.completed");
+      } finally {
+        await app.close();
+      }
+    });
+
+    it("a refusal after the commit is the dialect's in-stream error; before it, a JSON 4xx", async () => {
+      const refused = [new ApiError("context_length_exceeded", "The prompt does not fit in the context window.")];
+      const late = await serveHandler(createMessage, fakeEngine({ events: refused, ...queued }), "anthropic", { sse_keepalive_ms: 30 });
+      try {
+        const res = await post(late.url, { model: "m", max_tokens: 5, stream: true, messages: [{ role: "user", content: "hi" }] });
+        expect(res.status).to.equal(200);
+        const events = parseSse(await res.text());
+        expect(events.map((e) => e.event)).to.deep.equal(["error"]);
+        expect(events[0].data.error.type).to.equal("invalid_request_error");
+      } finally {
+        await late.close();
+      }
+      const early = await serveHandler(createChatCompletion, fakeEngine({ events: refused, tick_ms: 1 }), "openai", { sse_keepalive_ms: 5_000 });
+      try {
+        const res = await post(early.url, { model: "fake-model", stream: true, messages: [{ role: "user", content: "hi" }] });
+        expect(res.status).to.equal(400);
+        expect((await res.json()).error.code).to.equal("context_length_exceeded");
+      } finally {
+        await early.close();
+      }
+    });
+
+    it("Chat Completions: a client that leaves while queued cancels the request", async () => {
+      const seen: import("../../src/engine/types.js").GenerationRequest[] = [];
+      let aborted = false;
+      const engine = fakeEngine({ events: slow, tick_ms: 400 }, seen);
+      const submit = engine.submit.bind(engine);
+      engine.submit = (req, signal) => {
+        signal?.addEventListener("abort", () => (aborted = true));
+        return submit(req, signal);
+      };
+      const app = await serveHandler(createChatCompletion, engine, "openai", { sse_keepalive_ms: 30 });
+      try {
+        const ac = new AbortController();
+        const res = await fetch(app.url, { method: "POST", signal: ac.signal, headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "fake-model", stream: true, messages: [{ role: "user", content: "hi" }] }) });
+        expect(res.status, "headers arrive while the request is still queued").to.equal(200);
+        ac.abort();
+        for (let i = 0; i < 100 && !aborted; i++) await new Promise((r) => setTimeout(r, 10));
+        expect(aborted).to.equal(true);
+        expect(seen).to.have.length(1);
+      } finally {
+        await app.close();
+      }
+    });
   });
 });

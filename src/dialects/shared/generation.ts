@@ -38,16 +38,32 @@ export async function collect(engine: Engine, req: GenerationRequest, signal: Ab
   return events;
 }
 
+/** The first step of a stream: its event, its end, or a failure before any event. */
+export type FirstStep = { ok: true; r: IteratorResult<GenerationEvent> } | { ok: false; err: unknown };
+
 /**
- * Starts a generation and waits for its first event, so that a request refused before it ran
- * (queue full, prompt too long, loading) is answered with a JSON error, not a 200 stream.
+ * Starts a generation and waits up to wait_ms for its first event, so that a request refused
+ * before it ran (queue full, prompt too long, loading) is answered with a JSON error, not a 200
+ * stream. first is null when the wait ran out (the request is still queued for a slot); the
+ * caller then commits to the stream and reads the step later from pending, which never rejects.
+ * Throws at once what submit throws synchronously (rate limits, loading).
  */
 export async function startStream(
   engine: Engine,
   req: GenerationRequest,
   signal: AbortSignal,
-): Promise<{ first: GenerationEvent | null; rest: AsyncIterator<GenerationEvent> }> {
+  wait_ms: number,
+): Promise<{ first: FirstStep | null; pending: Promise<FirstStep>; rest: AsyncIterator<GenerationEvent> }> {
   const rest = engine.submit(req, signal)[Symbol.asyncIterator]();
-  const r = await rest.next();
-  return { first: r.done ? null : r.value, rest };
+  const pending: Promise<FirstStep> = rest.next().then(
+    (r) => ({ ok: true as const, r }),
+    (err: unknown) => ({ ok: false as const, err }),
+  );
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), wait_ms);
+  });
+  const first = await Promise.race([pending, timeout]);
+  clearTimeout(timer);
+  return { first, pending, rest };
 }
