@@ -154,12 +154,24 @@ static inline size_t attn_scratch_floats(int R, int Dh, int N) {
   return tiled > reference ? tiled : reference;
 }
 
+// Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q8_0):
+// pack lays out nt <= 8 partner-typed activation rows (x_stride bytes apart) in packed_bytes(k)
+// bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt tokens, with the same bits as
+// the table's tile/dot for every pair. Its scalar reference is ref/'s dot for the type.
+struct Gemm8 {
+  size_t (*packed_bytes)(int64_t k);
+  void (*pack)(const uint8_t* xq, size_t x_stride, int nt, int64_t k, uint8_t* packed);
+  void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
+              size_t ldy);
+};
+
 // One complete set of kernels. dispatch.cpp builds one per instruction set and picks one.
 struct KernelTable {
   const char* name;
   QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_K, to_f16, to_bf16;
   DotFn dot[S_COUNT];
   TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
+  Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
   void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
   void (*softmax)(float* x, int n);
   void (*silu_mul)(float* gate, const float* up, int n);
@@ -169,6 +181,8 @@ struct KernelTable {
 const KernelTable& ref_table();
 const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
 const KernelTable* avx2_table_unchecked();  // avx2/ only; call after the CPU check
+const KernelTable* vnni_table();    // nullptr if not compiled in or the CPU lacks AVX-512 VNNI (+F/BW/DQ/VL)
+const KernelTable* vnni_table_unchecked();  // avx512/ only; call after the CPU check
 const KernelTable& active_table();  // the one dispatch.cpp picked
 // The GEMM driver with an explicit table (tests and bench compare tables through it).
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,

@@ -18,6 +18,22 @@ static bool cpu_has_avx2_fma_f16c() {
 #endif
 }
 
+static bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+const KernelTable* vnni_table() {
+  if (!cpu_has_avx512_vnni()) return nullptr;
+  return vnni_table_unchecked();
+}
+
 const KernelTable* avx2_table() {
   // check first: even building the AVX2 table runs code compiled for AVX2
   if (!cpu_has_avx2_fma_f16c()) return nullptr;
@@ -26,9 +42,12 @@ const KernelTable* avx2_table() {
 
 const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
-    // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference).
+    // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference), =avx2 the
+    // AVX2 set on a CPU that has AVX-512 VNNI too (benchmarks compare them).
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
+    const bool avx2_only = force && std::strcmp(force, "avx2") == 0;
+    if (const KernelTable* v = avx2_only ? nullptr : vnni_table()) return v;
     if (const KernelTable* a = avx2_table()) return a;
     return &ref_table();
   }();

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
-  std::printf("%-24s %-5s %-5s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
+  if (const KernelTable* v = vnni_table()) tables.push_back(v);
+  std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
   for (const Shape& s : shapes) {
     const size_t wb = ggml_row_bytes(s.type, s.K) * s.N;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
           }
           const double ms = best * 1e3, mean_ms = el * 1e3 / iters;
           const double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / iters / nth;
-          std::printf("%-24s %-5s %-5s %3d %4d %10.4f %10.4f %10.4f %9.2f %9.2f\n", s.what,
+          std::printf("%-24s %-5s %-10s %3d %4d %10.4f %10.4f %10.4f %9.2f %9.2f\n", s.what,
                       s.type == GgmlType::Q4_1 ? "Q4_1" : "Q8_0", kt->name, nth, T, ms, mean_ms, cpu_ms, wb / best / 1e9,
                       2.0 * T * s.K * s.N / best / 1e9);
         }

@@ -357,7 +357,7 @@ static void test_matmul(const KernelTable& kt, ThreadPool* pool1, ThreadPool* po
     QMatrix W{t, K, N, w.data()};
     std::vector<float> wf(N * K);
     for (int64_t r = 0; r < N; r++) dequantize_row(W, r, wf.data() + r * K);
-    for (int T : {1, 3, 8, 33}) {
+    for (int T : {1, 3, 5, 8, 12, 33}) {
       auto x = random_floats((size_t)T * K);
       std::vector<float> y1((size_t)T * N, NAN), y2((size_t)T * N, NAN);
       matmul_with(kt, W, x.data(), y1.data(), T, pool1);
@@ -458,6 +458,31 @@ static void test_rope() {
   }
 }
 
+// The 8-token GEMM must give the AVX2 tile kernels' bits for every token, whatever the group split
+// (full groups, a short last group, leftovers below kGemm8MinTokens, odd row counts).
+static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, ThreadPool* pool) {
+  int tested = 0;
+  for (GgmlType t : kWeightTypes) {
+    if (!vt.gemm8[type_slot(t)].run) continue;
+    tested++;
+    for (int64_t K : {64, 576}) {
+      const int64_t N = 45;
+      auto w = random_rows(t, N, K);
+      QMatrix W{t, K, N, w.data()};
+      for (int T : {4, 5, 7, 8, 9, 11, 12, 16, 19, 24, 64}) {
+        auto x = random_floats((size_t)T * K, 3.0f);
+        std::vector<float> yv((size_t)T * N, NAN), ya((size_t)T * N, NAN);
+        MatmulScratch sc;
+        matmul_with(vt, W, x.data(), yv.data(), T, pool, &sc);
+        matmul_with(at, W, x.data(), ya.data(), T, pool);
+        CHECK(std::memcmp(yv.data(), ya.data(), yv.size() * 4) == 0, "%s gemm8 %s K=%d T=%d: bits differ from %s",
+              vt.name, tname(t), (int)K, T, at.name);
+      }
+    }
+  }
+  CHECK(tested == 3, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q8_0, found %d", vt.name, tested);
+}
+
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "kernel_vectors";
   std::printf("active kernel table: %s\n", active_table().name);
@@ -475,6 +500,15 @@ int main(int argc, char** argv) {
     test_matmul_big(*a);
   } else {
     std::printf("SKIPPED: no AVX2/FMA/F16C kernels on this build or CPU\n");
+  }
+  if (const KernelTable* v = vnni_table()) {
+    test_fast_vs_ref(*v);
+    test_matmul(*v, &p1, &p2);
+    test_matmul_big(*v);
+    test_gemm8_bits(*v, *avx2_table(), &p2);
+    test_gemm8_bits(*v, *avx2_table(), &p1);
+  } else {
+    std::printf("SKIPPED: no AVX-512 VNNI kernels on this build or CPU\n");
   }
   // the public entry points route to the picked table
   {

@@ -1,0 +1,200 @@
+// AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types that dominate the default
+// model (Q4_0, Q4_1, Q8_0). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2,
+// FMA, F16C); dispatch.cpp calls vnni_table_unchecked() only after checking the CPU. Everything
+// else in the table is the AVX2 set.
+//
+// Dimension legend: K elements per row (nb = K / 32 blocks); a group of 8 tokens t; weight rows
+// in pairs (r, r + 1); j in [0, 8) the 4-element group of a block (elements 4j .. 4j + 3).
+//
+// Why a new layout instead of the AVX2 tile kernel with vpdpbusd swapped in: that kernel spends
+// ~9 uops per (token, block), most of them converting and scaling each pair's partial sums. Here
+// one zmm holds 16 (row, token) pairs, lane 2t + rr = (row r + rr, token t), and one vpdpbusd
+// computes group j's integer sum for all 16 at once: the weights' 4 bytes are broadcast (one load
+// from a small buffer), the activations come packed so token t's 4 bytes sit in lanes 2t and 2t+1.
+//
+// The arithmetic is the AVX2 kernels', bit for bit, so a token gives the same bits through either
+// table and alone or in a batch: the AVX2 kernel keeps 8 float accumulator lanes per pair, lane j
+// accumulating scale * float(exact sum of elements 4j..4j+3) block after block, and reduces them
+// as ((L0+L4)+(L2+L6)) + ((L1+L5)+(L3+L7)), then adds the min term. Here L_j is a register over
+// the 16 pairs, with the same per-lane operations in the same order. The integer sums are exact
+// either way (vpdpbusd does not saturate). vpdpbusd multiplies unsigned by signed bytes, so
+// signed weights (Q4_0: nibble - 8, Q8_0) enter with +8 / +128 and the accumulator starts at
+// -8 / -128 times the sum of the 4 activations, which the pack step computes once per group.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "../blocks.h"
+
+namespace mb {
+namespace kq {
+namespace {
+
+// Bytes of one packed block of 8 tokens: d[16] and s[16] floats (each token twice), q[8][16]
+// dwords, then c[8][16] int32 accumulator starts when the weight type is signed.
+constexpr size_t kPackHead = 2 * 64;
+constexpr size_t kPackQ = 8 * 64;
+template <int C> constexpr size_t packed_block_bytes() { return kPackHead + kPackQ + (C ? kPackQ : 0); }
+
+// Pack up to 8 rows of q8_0 / q8_1 activations (x_stride bytes apart) for weights whose unsigned
+// form is value + C. Tokens nt .. 7 are zero (their results are never stored).
+template <bool Q81, int C>
+void pack8(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
+  const int64_t nb = k / QK;
+  const size_t xbb = Q81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  constexpr size_t bb = packed_block_bytes<C>();
+  for (int64_t i = 0; i < nb; i++) {
+    uint8_t* o = out + i * bb;
+    float* d = (float*)o;
+    float* s = d + 16;
+    int32_t* q = (int32_t*)(o + kPackHead);
+    int32_t* c = (int32_t*)(o + kPackHead + kPackQ);
+    for (int t = 0; t < 8; t++) {
+      float dt = 0, st = 0;
+      int32_t qt[8] = {0}, ct[8] = {0};
+      if (t < nt) {
+        const uint8_t* b = xq + t * xs + i * xbb;
+        half h;
+        std::memcpy(&h, b, 2);
+        dt = _cvtsh_ss(h);
+        if (Q81) {
+          std::memcpy(&h, b + 2, 2);
+          st = _cvtsh_ss(h);
+        }
+        const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
+        std::memcpy(qt, qs, 32);
+        if (C)
+          for (int j = 0; j < 8; j++) ct[j] = -C * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+      }
+      d[2 * t] = d[2 * t + 1] = dt;
+      s[2 * t] = s[2 * t + 1] = st;
+      for (int j = 0; j < 8; j++) {
+        q[j * 16 + 2 * t] = q[j * 16 + 2 * t + 1] = qt[j];
+        if (C) c[j * 16 + 2 * t] = c[j * 16 + 2 * t + 1] = ct[j];
+      }
+    }
+  }
+}
+
+// Weights of one block of rows r and r+1 as unsigned bytes, group j of both rows in the qword
+// wq[j] (row r's dword low), and their f16 scales (and Q4_1 mins) as floats.
+template <GgmlType WT> struct Pair;
+// 16 bytes of nibbles per row: groups 0-3 are the low nibbles, 4-7 the high ones.
+inline void nibble_pair(const uint8_t* qs0, const uint8_t* qs1, int64_t* wq) {
+  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)qs0)),
+                                            _mm_loadu_si128((const __m128i*)qs1), 1);
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m)),
+                                       _mm256_and_si256(_mm256_srli_epi16(q, 4), m), 1);
+  // u's dwords: row r groups 0-3, row r+1 groups 0-3, row r groups 4-7, row r+1 groups 4-7
+  const __m512i idx = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
+}
+inline __m128 halves2(const uint8_t* b0, const uint8_t* b1, int off) {
+  half h0, h1;
+  std::memcpy(&h0, b0 + off, 2);
+  std::memcpy(&h1, b1 + off, 2);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | ((uint32_t)h1 << 16))));  // [v0, v1, 0, 0]
+}
+template <> struct Pair<GgmlType::Q4_0> {
+  using W = block_q4_0; static constexpr bool kMin = false; static constexpr int C = 8;
+  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
+    nibble_pair(b0.qs, b1.qs, wq);
+    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
+  }
+};
+template <> struct Pair<GgmlType::Q4_1> {
+  using W = block_q4_1; static constexpr bool kMin = true; static constexpr int C = 0;
+  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512* mw) {
+    nibble_pair(b0.qs, b1.qs, wq);
+    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
+    *mw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2));
+  }
+};
+template <> struct Pair<GgmlType::Q8_0> {
+  using W = block_q8_0; static constexpr bool kMin = false; static constexpr int C = 128;
+  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
+    const __m512i u = _mm512_xor_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)b0.qs)),
+                           _mm256_loadu_si256((const __m256i*)b1.qs), 1),
+        _mm512_set1_epi8((char)0x80));
+    const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
+    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
+  }
+};
+
+// NP row pairs (2 * NP rows, the last pair possibly one row) x one packed group of nt tokens.
+template <GgmlType WT, int NP>
+inline void gemm8_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+                        size_t ldy) {
+  using P = Pair<WT>;
+  using W = typename P::W;
+  constexpr size_t bb = packed_block_bytes<P::C>();
+  const int64_t nb = k / QK;
+  const W* rows[2 * NP];
+  for (int r = 0; r < 2 * NP; r++) rows[r] = (const W*)(w + (r < nr ? r : nr - 1) * ws);
+  __m512 acc[NP][8], msum[NP];
+  for (int p = 0; p < NP; p++) {
+    msum[p] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j++) acc[p][j] = _mm512_setzero_ps();
+  }
+  alignas(64) int64_t wq[NP][8];
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* pk = packed + i * bb;
+    const __m512 dx = _mm512_loadu_ps((const float*)pk);
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) {
+      __m512 dw, mw;
+      P::load(rows[2 * p][i], rows[2 * p + 1][i], wq[p], &dw, &mw);
+      if constexpr (P::kMin) msum[p] = _mm512_fmadd_ps(mw, _mm512_loadu_ps((const float*)pk + 16), msum[p]);
+      const __m512 scale = _mm512_mul_ps(dw, dx);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {
+        const __m512i start = P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j)
+                                   : _mm512_setzero_si512();
+        const __m512i sum = _mm512_dpbusd_epi32(start, _mm512_set1_epi64(wq[p][j]),
+                                                _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
+        acc[p][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[p][j]);
+      }
+    }
+  }
+  for (int p = 0; p < NP; p++) {
+    __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[p][0], acc[p][4]), _mm512_add_ps(acc[p][2], acc[p][6])),
+                             _mm512_add_ps(_mm512_add_ps(acc[p][1], acc[p][5]), _mm512_add_ps(acc[p][3], acc[p][7])));
+    if constexpr (P::kMin) v = _mm512_add_ps(v, msum[p]);
+    alignas(64) float out[16];
+    _mm512_store_ps(out, v);
+    const int r0 = 2 * p;
+    for (int t = 0; t < nt; t++) {
+      if (r0 < nr) y[t * ldy + r0] = out[2 * t];
+      if (r0 + 1 < nr) y[t * ldy + r0 + 1] = out[2 * t + 1];
+    }
+  }
+}
+
+template <GgmlType WT>
+void gemm8(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  if (nr > 2) gemm8_pairs<WT, 2>(k, w, ws, nr, packed, nt, y, ldy);
+  else gemm8_pairs<WT, 1>(k, w, ws, nr, packed, nt, y, ldy);
+}
+
+template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
+
+}  // namespace
+
+const KernelTable* vnni_table_unchecked() {
+  static const KernelTable t = [] {
+    const KernelTable* base = avx2_table_unchecked();
+    KernelTable k = base ? *base : KernelTable{};
+    k.name = "avx512vnni";
+    k.gemm8[S_Q4_0] = {packed_bytes<8>, pack8<false, 8>, gemm8<GgmlType::Q4_0>};
+    k.gemm8[S_Q4_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q4_1>};
+    k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, gemm8<GgmlType::Q8_0>};
+    return k;
+  }();
+  return &t;
+}
+
+}  // namespace kq
+}  // namespace mb
