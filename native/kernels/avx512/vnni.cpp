@@ -124,6 +124,15 @@ template <> struct Pair<GgmlType::Q8_0> {
   }
 };
 
+// The 8 bytes at p in all 8 qwords, as a load-port uop: left to itself the compiler keeps wq in a
+// register and extracts each qword with vpermd + vpbroadcastq, two shuffles per group that compete
+// with vpdpbusd / vcvtdq2ps / vfmadd for the two 512-bit ALU ports.
+inline __m512i broadcast_q(const int64_t* p) {
+  __m512i v;
+  asm("vpbroadcastq %1, %0" : "=v"(v) : "m"(*p));
+  return v;
+}
+
 // NP row pairs (2 * NP rows, the last pair possibly one row) x one packed group of nt tokens.
 template <GgmlType WT, int NP>
 inline void gemm8_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
@@ -153,7 +162,7 @@ inline void gemm8_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const ui
       for (int j = 0; j < 8; j++) {
         const __m512i start = P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j)
                                    : _mm512_setzero_si512();
-        const __m512i sum = _mm512_dpbusd_epi32(start, _mm512_set1_epi64(wq[p][j]),
+        const __m512i sum = _mm512_dpbusd_epi32(start, broadcast_q(&wq[p][j]),
                                                 _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
         acc[p][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[p][j]);
       }
@@ -175,8 +184,8 @@ inline void gemm8_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const ui
 
 template <GgmlType WT>
 void gemm8(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
-  if (nr > 2) gemm8_pairs<WT, 2>(k, w, ws, nr, packed, nt, y, ldy);
-  else gemm8_pairs<WT, 1>(k, w, ws, nr, packed, nt, y, ldy);
+  gemm8_pairs<WT, 1>(k, w, ws, nr < 2 ? nr : 2, packed, nt, y, ldy);
+  if (nr > 2) gemm8_pairs<WT, 1>(k, w + 2 * ws, ws, nr - 2, packed, nt, y + 2, ldy);
 }
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
