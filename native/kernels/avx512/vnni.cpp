@@ -133,59 +133,49 @@ inline __m512i broadcast_q(const int64_t* p) {
   return v;
 }
 
-// NP row pairs (2 * NP rows, the last pair possibly one row) x one packed group of nt tokens.
-template <GgmlType WT, int NP>
-inline void gemm8_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
-                        size_t ldy) {
+// One row pair (rows r, r + 1; nr == 1 repeats row r and stores one) x one packed group of nt
+// tokens. (Two pairs per pass measured no faster: the 16 accumulators then spill.)
+template <GgmlType WT>
+inline void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+                       size_t ldy) {
   using P = Pair<WT>;
   using W = typename P::W;
   constexpr size_t bb = packed_block_bytes<P::C>();
   const int64_t nb = k / QK;
-  const W* rows[2 * NP];
-  for (int r = 0; r < 2 * NP; r++) rows[r] = (const W*)(w + (r < nr ? r : nr - 1) * ws);
-  __m512 acc[NP][8], msum[NP];
-  for (int p = 0; p < NP; p++) {
-    msum[p] = _mm512_setzero_ps();
-    for (int j = 0; j < 8; j++) acc[p][j] = _mm512_setzero_ps();
-  }
-  alignas(64) int64_t wq[NP][8];
+  const W* row0 = (const W*)w;
+  const W* row1 = (const W*)(w + (nr > 1 ? ws : 0));
+  __m512 acc[8], msum = _mm512_setzero_ps();
+  for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
+  alignas(64) int64_t wq[8];
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t* pk = packed + i * bb;
-    const __m512 dx = _mm512_loadu_ps((const float*)pk);
-#pragma GCC unroll 2
-    for (int p = 0; p < NP; p++) {
-      __m512 dw, mw;
-      P::load(rows[2 * p][i], rows[2 * p + 1][i], wq[p], &dw, &mw);
-      if constexpr (P::kMin) msum[p] = _mm512_fmadd_ps(mw, _mm512_loadu_ps((const float*)pk + 16), msum[p]);
-      const __m512 scale = _mm512_mul_ps(dw, dx);
+    __m512 dw, mw;
+    P::load(row0[i], row1[i], wq, &dw, &mw);
+    if constexpr (P::kMin) msum = _mm512_fmadd_ps(mw, _mm512_loadu_ps((const float*)pk + 16), msum);
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps((const float*)pk));
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; j++) {
-        const __m512i start = P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j)
-                                   : _mm512_setzero_si512();
-        const __m512i sum = _mm512_dpbusd_epi32(start, broadcast_q(&wq[p][j]),
-                                                _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
-        acc[p][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[p][j]);
-      }
+    for (int j = 0; j < 8; j++) {
+      const __m512i start =
+          P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j) : _mm512_setzero_si512();
+      const __m512i sum =
+          _mm512_dpbusd_epi32(start, broadcast_q(&wq[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
+      acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[j]);
     }
   }
-  for (int p = 0; p < NP; p++) {
-    __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[p][0], acc[p][4]), _mm512_add_ps(acc[p][2], acc[p][6])),
-                             _mm512_add_ps(_mm512_add_ps(acc[p][1], acc[p][5]), _mm512_add_ps(acc[p][3], acc[p][7])));
-    if constexpr (P::kMin) v = _mm512_add_ps(v, msum[p]);
-    alignas(64) float out[16];
-    _mm512_store_ps(out, v);
-    const int r0 = 2 * p;
-    for (int t = 0; t < nt; t++) {
-      if (r0 < nr) y[t * ldy + r0] = out[2 * t];
-      if (r0 + 1 < nr) y[t * ldy + r0 + 1] = out[2 * t + 1];
-    }
+  __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                           _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
+  if constexpr (P::kMin) v = _mm512_add_ps(v, msum);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, v);
+  for (int t = 0; t < nt; t++) {
+    y[t * ldy] = out[2 * t];
+    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
   }
 }
 
 template <GgmlType WT>
 void gemm8(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
-  gemm8_pairs<WT, 1>(k, w, ws, nr < 2 ? nr : 2, packed, nt, y, ldy);
-  if (nr > 2) gemm8_pairs<WT, 1>(k, w + 2 * ws, ws, nr - 2, packed, nt, y + 2, ldy);
+  for (int r = 0; r < nr; r += 2) gemm8_pair<WT>(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
 }
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
