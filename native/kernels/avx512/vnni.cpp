@@ -1,7 +1,8 @@
-// AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types that dominate the default
-// model (Q4_0, Q4_1, Q8_0). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2,
-// FMA, F16C); dispatch.cpp calls vnni_table_unchecked() only after checking the CPU. Everything
-// else in the table is the AVX2 set.
+// AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
+// to Q5_0). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
+// dispatch.cpp calls vnni_table_unchecked() only after checking the CPU. Everything else in the
+// table is the AVX2 set.
 //
 // Dimension legend: K elements per row (nb = K / 32 blocks); a group of 8 tokens t; weight rows
 // in pairs (r, r + 1); j in [0, 8) the 4-element group of a block (elements 4j .. 4j + 3).
@@ -18,8 +19,9 @@
 // as ((L0+L4)+(L2+L6)) + ((L1+L5)+(L3+L7)), then adds the min term. Here L_j is a register over
 // the 16 pairs, with the same per-lane operations in the same order. The integer sums are exact
 // either way (vpdpbusd does not saturate). vpdpbusd multiplies unsigned by signed bytes, so
-// signed weights (Q4_0: nibble - 8, Q8_0) enter with +8 / +128 and the accumulator starts at
-// -8 / -128 times the sum of the 4 activations, which the pack step computes once per group.
+// signed weights (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0) enter with +8 / +16 / +128 and the
+// accumulator starts at -8 / -16 / -128 times the sum of the 4 activations, which the pack step
+// computes once per group.
 #include <immintrin.h>
 
 #include <cstring>
@@ -90,6 +92,22 @@ inline void nibble_pair(const uint8_t* qs0, const uint8_t* qs1, int64_t* wq) {
   const __m512i idx = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
 }
+// Two rows' 32 unsigned values of one block (element order) -> wq[j] = group j of both rows.
+inline void interleave_pair(__m256i row0, __m256i row1, int64_t* wq) {
+  const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(row0), row1, 1);
+  const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
+}
+// A Q5 block's values 0..31 in element order: nibbles (low half of qs first) plus 16 where qh's
+// bit for the element is set.
+inline __m256i q5_values(const uint8_t* qs, const uint8_t* qh) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
+  const __m256i nib =
+      _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return _mm256_or_si256(nib, _mm256_maskz_set1_epi8((__mmask32)h, 0x10));
+}
 inline __m128 halves2(const uint8_t* b0, const uint8_t* b1, int off) {
   half h0, h1;
   std::memcpy(&h0, b0 + off, 2);
@@ -111,15 +129,27 @@ template <> struct Pair<GgmlType::Q4_1> {
     *mw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2));
   }
 };
+template <> struct Pair<GgmlType::Q5_0> {
+  using W = block_q5_0; static constexpr bool kMin = false; static constexpr int C = 16;
+  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
+    interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
+    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
+  }
+};
+template <> struct Pair<GgmlType::Q5_1> {
+  using W = block_q5_1; static constexpr bool kMin = true; static constexpr int C = 0;
+  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512* mw) {
+    interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
+    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
+    *mw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2));
+  }
+};
 template <> struct Pair<GgmlType::Q8_0> {
   using W = block_q8_0; static constexpr bool kMin = false; static constexpr int C = 128;
   static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
-    const __m512i u = _mm512_xor_si512(
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)b0.qs)),
-                           _mm256_loadu_si256((const __m256i*)b1.qs), 1),
-        _mm512_set1_epi8((char)0x80));
-    const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    interleave_pair(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b0.qs), flip),
+                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b1.qs), flip), wq);
     *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
   }
 };
@@ -189,6 +219,8 @@ const KernelTable* vnni_table_unchecked() {
     k.name = "avx512vnni";
     k.gemm8[S_Q4_0] = {packed_bytes<8>, pack8<false, 8>, gemm8<GgmlType::Q4_0>};
     k.gemm8[S_Q4_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q4_1>};
+    k.gemm8[S_Q5_0] = {packed_bytes<16>, pack8<false, 16>, gemm8<GgmlType::Q5_0>};
+    k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q5_1>};
     k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, gemm8<GgmlType::Q8_0>};
     return k;
   }();

@@ -480,7 +480,7 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
       }
     }
   }
-  CHECK(tested == 3, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q8_0, found %d", vt.name, tested);
+  CHECK(tested == 5, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, found %d", vt.name, tested);
 }
 
 int main(int argc, char** argv) {
