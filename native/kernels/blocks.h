@@ -102,6 +102,18 @@ static inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m
   }
 }
 
+// The eight 6-bit scales and mins of a Q4_K/Q5_K block as 8 bytes each, with word-wide bit
+// operations (same result as scale_min_k4 for j = 0..7).
+static inline void unpack_scales_mins(const uint8_t* s12, uint64_t* sc, uint64_t* mn) {
+  uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const uint32_t k3f = 0x3f3f3f3f, k0f = 0x0f0f0f0f, k03 = 0x03030303;
+  const uint32_t sc_lo = u[0] & k3f, mn_lo = u[1] & k3f;
+  const uint32_t sc_hi = (u[2] & k0f) | (((u[0] >> 6) & k03) << 4);
+  const uint32_t mn_hi = ((u[2] >> 4) & k0f) | (((u[1] >> 6) & k03) << 4);
+  *sc = (uint64_t)sc_lo | ((uint64_t)sc_hi << 32);
+  *mn = (uint64_t)mn_lo | ((uint64_t)mn_hi << 32);
+}
 // Partner ("vec dot") type of the activations for each weight type, as ggml pairs them.
 // F16/BF16 weights take activations rounded to F16/BF16, as ggml does; F32 takes F32.
 GgmlType vec_dot_type(GgmlType t);

@@ -353,18 +353,6 @@ inline int kquant_min_term(uint64_t mins8, const int16_t* bsums) {
   p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtsi128_si32(p);
 }
-// The eight 6-bit scales and mins of a Q4_K/Q5_K block as 8 bytes each, with word-wide bit
-// operations (same result as scale_min_k4 for j = 0..7).
-inline void unpack_scales_mins(const uint8_t* s12, uint64_t* sc, uint64_t* mn) {
-  uint32_t u[3];
-  std::memcpy(u, s12, 12);
-  const uint32_t k3f = 0x3f3f3f3f, k0f = 0x0f0f0f0f, k03 = 0x03030303;
-  const uint32_t sc_lo = u[0] & k3f, mn_lo = u[1] & k3f;
-  const uint32_t sc_hi = (u[2] & k0f) | (((u[0] >> 6) & k03) << 4);
-  const uint32_t mn_hi = ((u[2] >> 4) & k0f) | (((u[1] >> 6) & k03) << 4);
-  *sc = (uint64_t)sc_lo | ((uint64_t)sc_hi << 32);
-  *mn = (uint64_t)mn_lo | ((uint64_t)mn_hi << 32);
-}
 // int16 lane j of s (in both 128-bit halves) broadcast across the vector: one in-lane shuffle
 // instead of a scalar move plus a broadcast
 inline __m256i bcast16(__m256i s, int j) {

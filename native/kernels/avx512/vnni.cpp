@@ -210,6 +210,115 @@ void gemm8(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
 
+// ---- Q4_K (activations q8_K) ----
+// Same layout idea per super-block of 256: the integer sums are the AVX2 dot_q4_K's (per
+// sub-block of 32, times its 6-bit scale, summed; the min term from bsum pairs), and the float step
+// is the one GCC emits for its `sumf += d * sumi - dmin * summ`: fmsub(d, sumi, summ * dmin), then
+// add, so every pair keeps the AVX2 dot's bits.
+// Packed super-block: xd[16] floats; bs[4][16] dwords, dword 2t(+1) = token t's (b_2i, b_2i+1) as
+// int16, b_s the sum of sub-block s's 32 values; q[8 sub-blocks][8 groups][16] dwords.
+constexpr size_t kPackKHead = 64 + 4 * 64;
+constexpr size_t kPackKBlock = kPackKHead + 64 * 64;
+
+void pack8_q8_K(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
+  const int64_t nb = k / QK_K;
+  for (int64_t i = 0; i < nb; i++) {
+    uint8_t* o = out + i * kPackKBlock;
+    float* d = (float*)o;
+    int32_t* bs = (int32_t*)(o + 64);
+    int32_t* q = (int32_t*)(o + kPackKHead);
+    for (int t = 0; t < 8; t++) {
+      float dt = 0;
+      int32_t qt[64] = {0}, bt[4] = {0};
+      if (t < nt) {
+        const block_q8_K& b = ((const block_q8_K*)(xq + t * xs))[i];
+        dt = b.d;
+        std::memcpy(qt, b.qs, 256);
+        for (int j = 0; j < 4; j++) {
+          const int16_t lo = (int16_t)(b.bsums[4 * j] + b.bsums[4 * j + 1]);
+          const int16_t hi = (int16_t)(b.bsums[4 * j + 2] + b.bsums[4 * j + 3]);
+          bt[j] = (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
+        }
+      }
+      d[2 * t] = d[2 * t + 1] = dt;
+      for (int j = 0; j < 4; j++) bs[j * 16 + 2 * t] = bs[j * 16 + 2 * t + 1] = bt[j];
+      for (int g = 0; g < 64; g++) q[g * 16 + 2 * t] = q[g * 16 + 2 * t + 1] = qt[g];
+    }
+  }
+}
+
+size_t packed_bytes_q8_K(int64_t k) { return (size_t)(k / QK_K) * kPackKBlock; }
+
+// The 8 scales (or mins) of rows r and r+1 per sub-block as qwords of two int32 (row r low).
+inline void scale_pairs(uint64_t s0, uint64_t s1, int64_t* out) {
+  const __m512i a = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)s0));
+  const __m512i b = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)s1));
+  _mm512_store_si512((__m512i*)out, _mm512_or_si512(a, _mm512_slli_epi64(b, 32)));
+}
+// The 8 mins of rows r and r+1 as int16 pairs (sub-blocks 2i, 2i+1) per row: qword i = (row r's
+// pair, row r+1's pair).
+inline void min_pairs(uint64_t m0, uint64_t m1, int64_t* out) {
+  const __m128i a = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m0));  // 8 int16 = 4 dwords
+  const __m128i b = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m1));
+  _mm_store_si128((__m128i*)out, _mm_unpacklo_epi32(a, b));
+  _mm_store_si128((__m128i*)out + 1, _mm_unpackhi_epi32(a, b));
+}
+
+void gemm8_q4_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+                     size_t ldy) {
+  const int64_t nb = k / QK_K;
+  const block_q4_K* row0 = (const block_q4_K*)w;
+  const block_q4_K* row1 = (const block_q4_K*)(w + (nr > 1 ? ws : 0));
+  __m512 acc = _mm512_setzero_ps();
+  alignas(64) int64_t wq[8], sc[8], mn[4];
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* pk = packed + i * kPackKBlock;
+    const block_q4_K& b0 = row0[i];
+    const block_q4_K& b1 = row1[i];
+    uint64_t sc0, mn0, sc1, mn1;
+    unpack_scales_mins(b0.scales, &sc0, &mn0);
+    unpack_scales_mins(b1.scales, &sc1, &mn1);
+    scale_pairs(sc0, sc1, sc);
+    min_pairs(mn0, mn1, mn);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++) {
+      const __m256i q0 = _mm256_loadu_si256((const __m256i*)(b0.qs + 32 * j));
+      const __m256i q1 = _mm256_loadu_si256((const __m256i*)(b1.qs + 32 * j));
+      for (int h = 0; h < 2; h++) {  // h = 0: low nibbles, sub-block 2j; 1: high, 2j + 1
+        const int sb = 2 * j + h;
+        interleave_pair(_mm256_and_si256(h ? _mm256_srli_epi16(q0, 4) : q0, m4),
+                        _mm256_and_si256(h ? _mm256_srli_epi16(q1, 4) : q1, m4), wq);
+        __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+          s = _mm512_dpbusd_epi32(s, broadcast_q(&wq[g]),
+                                  _mm512_loadu_si512((const __m512i*)(pk + kPackKHead) + sb * 8 + g));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(s, broadcast_q(&sc[sb])));
+      }
+    }
+    __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+      summ = _mm512_dpwssd_epi32(summ, broadcast_q(&mn[j]), _mm512_loadu_si512((const __m512i*)(pk + 64) + j));
+    const __m512 xd = _mm512_loadu_ps((const float*)pk);
+    const __m512 d = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0)), xd);
+    const __m512 dmin = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2)), xd);
+    const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(summ), dmin);
+    acc = _mm512_add_ps(acc, _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(sumi), m));
+  }
+  alignas(64) float out[16];
+  _mm512_store_ps(out, acc);
+  for (int t = 0; t < nt; t++) {
+    y[t * ldy] = out[2 * t];
+    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
+  }
+}
+
+void gemm8_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  for (int r = 0; r < nr; r += 2) gemm8_q4_K_pair(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
+}
+
 }  // namespace
 
 const KernelTable* vnni_table_unchecked() {
@@ -222,6 +331,7 @@ const KernelTable* vnni_table_unchecked() {
     k.gemm8[S_Q5_0] = {packed_bytes<16>, pack8<false, 16>, gemm8<GgmlType::Q5_0>};
     k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q5_1>};
     k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, gemm8<GgmlType::Q8_0>};
+    k.gemm8[S_Q4_K] = {packed_bytes_q8_K, pack8_q8_K, gemm8_q4_K};
     return k;
   }();
   return &t;

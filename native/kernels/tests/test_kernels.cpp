@@ -465,7 +465,8 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
   for (GgmlType t : kWeightTypes) {
     if (!vt.gemm8[type_slot(t)].run) continue;
     tested++;
-    for (int64_t K : {64, 576}) {
+    const bool kquant = vec_dot_type(t) == GgmlType::Q8_K;
+    for (int64_t K : {kquant ? 256 : 64, kquant ? 1536 : 576}) {
       const int64_t N = 45;
       auto w = random_rows(t, N, K);
       QMatrix W{t, K, N, w.data()};
@@ -480,7 +481,7 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
       }
     }
   }
-  CHECK(tested == 5, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, found %d", vt.name, tested);
+  CHECK(tested == 6, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, found %d", vt.name, tested);
 }
 
 int main(int argc, char** argv) {
