@@ -24,6 +24,7 @@
 // computes once per group.
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "../blocks.h"
@@ -216,8 +217,10 @@ template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * pack
 // is the one GCC emits for its `sumf += d * sumi - dmin * summ`: fmsub(d, sumi, summ * dmin), then
 // add, so every pair keeps the AVX2 dot's bits.
 // Packed super-block: xd[16] floats; bs[4][16] dwords, dword 2t(+1) = token t's (b_2i, b_2i+1) as
-// int16, b_s the sum of sub-block s's 32 values; q[8 sub-blocks][8 groups][16] dwords.
-constexpr size_t kPackKHead = 64 + 4 * 64;
+// int16, b_s the sum of sub-block s's 32 values (Q4_K's mins); bs16[8][16] dwords, the same for
+// bsums[2i], bsums[2i+1] (sums of 16: Q6_K's offset); q[64 groups of 4][16] dwords in element order.
+constexpr size_t kPackKBs16 = 64 + 4 * 64;
+constexpr size_t kPackKHead = kPackKBs16 + 8 * 64;
 constexpr size_t kPackKBlock = kPackKHead + 64 * 64;
 
 void pack8_q8_K(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
@@ -226,10 +229,11 @@ void pack8_q8_K(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
     uint8_t* o = out + i * kPackKBlock;
     float* d = (float*)o;
     int32_t* bs = (int32_t*)(o + 64);
+    int32_t* bs16 = (int32_t*)(o + kPackKBs16);
     int32_t* q = (int32_t*)(o + kPackKHead);
     for (int t = 0; t < 8; t++) {
       float dt = 0;
-      int32_t qt[64] = {0}, bt[4] = {0};
+      int32_t qt[64] = {0}, bt[4] = {0}, b16[8] = {0};
       if (t < nt) {
         const block_q8_K& b = ((const block_q8_K*)(xq + t * xs))[i];
         dt = b.d;
@@ -239,9 +243,11 @@ void pack8_q8_K(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
           const int16_t hi = (int16_t)(b.bsums[4 * j + 2] + b.bsums[4 * j + 3]);
           bt[j] = (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
         }
+        std::memcpy(b16, b.bsums, 32);
       }
       d[2 * t] = d[2 * t + 1] = dt;
       for (int j = 0; j < 4; j++) bs[j * 16 + 2 * t] = bs[j * 16 + 2 * t + 1] = bt[j];
+      for (int j = 0; j < 8; j++) bs16[j * 16 + 2 * t] = bs16[j * 16 + 2 * t + 1] = b16[j];
       for (int g = 0; g < 64; g++) q[g * 16 + 2 * t] = q[g * 16 + 2 * t + 1] = qt[g];
     }
   }
@@ -319,6 +325,78 @@ void gemm8_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   for (int r = 0; r < nr; r += 2) gemm8_q4_K_pair(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
 }
 
+// ---- Q6_K (activations q8_K) ----
+// dot_q6_K's integers (values 0..63 times each 16-element group's signed scale, minus 32 times
+// the scales against the bsums), then its float step: fma(sumi, d * xd, acc).
+void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+                     size_t ldy) {
+  const int64_t nb = k / QK_K;
+  const block_q6_K* row0 = (const block_q6_K*)w;
+  const block_q6_K* row1 = (const block_q6_K*)(w + (nr > 1 ? ws : 0));
+  __m512 acc = _mm512_setzero_ps();
+  alignas(64) int64_t wq[8], sc[16], sc16[8];
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  const __m512i lo_pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_pairs = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* pk = packed + i * kPackKBlock;
+    const block_q6_K& b0 = row0[i];
+    const block_q6_K& b1 = row1[i];
+    // the 16 scales of both rows as int32 pairs (mullo) and as int16 pairs of pairs (vpdpwssd)
+    const __m128i s0 = _mm_loadu_si128((const __m128i*)b0.scales), s1 = _mm_loadu_si128((const __m128i*)b1.scales);
+    const __m512i a = _mm512_cvtepi8_epi32(s0), b = _mm512_cvtepi8_epi32(s1);
+    _mm512_store_si512((__m512i*)sc, _mm512_permutex2var_epi32(a, lo_pairs, b));
+    _mm512_store_si512((__m512i*)sc + 1, _mm512_permutex2var_epi32(a, hi_pairs, b));
+    interleave_pair(_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1), sc16);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int n = 0; n < 2; n++) {
+      const __m256i l00 = _mm256_loadu_si256((const __m256i*)(b0.ql + 64 * n));
+      const __m256i l01 = _mm256_loadu_si256((const __m256i*)(b0.ql + 64 * n + 32));
+      const __m256i h0 = _mm256_loadu_si256((const __m256i*)(b0.qh + 32 * n));
+      const __m256i l10 = _mm256_loadu_si256((const __m256i*)(b1.ql + 64 * n));
+      const __m256i l11 = _mm256_loadu_si256((const __m256i*)(b1.ql + 64 * n + 32));
+      const __m256i h1 = _mm256_loadu_si256((const __m256i*)(b1.qh + 32 * n));
+      for (int u = 0; u < 4; u++) {  // elements 128n + 32u .. +31: scales 8n + 2u and 8n + 2u + 1
+        const __m256i l0 = u & 1 ? l01 : l00, l1 = u & 1 ? l11 : l10;
+        const int ls = u < 2 ? 0 : 4, hs = 2 * u;
+        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, ls), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h0, hs), m2), 4));
+        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, ls), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h1, hs), m2), 4));
+        interleave_pair(v0, v1, wq);
+        for (int half = 0; half < 2; half++) {
+          const int g16 = 8 * n + 2 * u + half;
+          __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int g = 0; g < 4; g++)
+            s = _mm512_dpbusd_epi32(s, broadcast_q(&wq[4 * half + g]),
+                                    _mm512_loadu_si512((const __m512i*)(pk + kPackKHead) + 4 * g16 + g));
+          sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(s, broadcast_q(&sc[g16])));
+        }
+      }
+    }
+    __m512i off = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+      off = _mm512_dpwssd_epi32(off, broadcast_q(&sc16[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackKBs16) + j));
+    sumi = _mm512_sub_epi32(sumi, _mm512_slli_epi32(off, 5));
+    const __m512 d = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1,
+                                                                  offsetof(block_q6_K, d))),
+                                   _mm512_loadu_ps((const float*)pk));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
+  }
+  alignas(64) float out[16];
+  _mm512_store_ps(out, acc);
+  for (int t = 0; t < nt; t++) {
+    y[t * ldy] = out[2 * t];
+    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
+  }
+}
+
+void gemm8_q6_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  for (int r = 0; r < nr; r += 2) gemm8_q6_K_pair(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
+}
+
 }  // namespace
 
 const KernelTable* vnni_table_unchecked() {
@@ -332,6 +410,7 @@ const KernelTable* vnni_table_unchecked() {
     k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q5_1>};
     k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, gemm8<GgmlType::Q8_0>};
     k.gemm8[S_Q4_K] = {packed_bytes_q8_K, pack8_q8_K, gemm8_q4_K};
+    k.gemm8[S_Q6_K] = {packed_bytes_q8_K, pack8_q8_K, gemm8_q6_K};
     return k;
   }();
   return &t;

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       {"output 576->49152", GgmlType::Q8_0, 576, 49152},
       // a Qwen2.5-1.5B-sized projection in the K-quant a Q4_K_M file mostly holds
       {"proj 1536x1536", GgmlType::Q4_K, 1536, 1536},
+      {"proj 1536x1536", GgmlType::Q6_K, 1536, 1536},
   };
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
@@ -46,9 +47,9 @@ int main(int argc, char** argv) {
     const size_t wb = ggml_row_bytes(s.type, s.K) * s.N;
     std::vector<uint8_t> w(wb);
     for (auto& b : w) b = rng() & 0xff;
-    // sane f16 scales at the front of every block so no NaNs appear
+    // sane f16 scales in every block (at the front; Q6_K's at the end) so no NaNs appear
     const size_t bb = block_bytes(s.type);
-    for (size_t o = 0; o < wb; o += bb) {
+    for (size_t o = s.type == GgmlType::Q6_K ? bb - 2 : 0; o < wb; o += bb) {
       half h = f2h(0.01f);
       std::memcpy(&w[o], &h, 2);
       if (s.type == GgmlType::Q4_1 || s.type == GgmlType::Q4_K) std::memcpy(&w[o + 2], &h, 2);
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
           const double ms = best * 1e3, mean_ms = el * 1e3 / iters;
           const double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / iters / nth;
           std::printf("%-24s %-5s %-10s %3d %4d %10.4f %10.4f %10.4f %9.2f %9.2f\n", s.what,
-                      s.type == GgmlType::Q4_1 ? "Q4_1" : s.type == GgmlType::Q4_K ? "Q4_K" : "Q8_0", kt->name, nth, T, ms, mean_ms, cpu_ms, wb / best / 1e9,
+                      s.type == GgmlType::Q4_1 ? "Q4_1" : s.type == GgmlType::Q4_K ? "Q4_K" : s.type == GgmlType::Q6_K ? "Q6_K" : "Q8_0", kt->name, nth, T, ms, mean_ms, cpu_ms, wb / best / 1e9,
                       2.0 * T * s.K * s.N / best / 1e9);
         }
       }

@@ -481,7 +481,7 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
       }
     }
   }
-  CHECK(tested == 6, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, found %d", vt.name, tested);
+  CHECK(tested == 7, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, found %d", vt.name, tested);
 }
 
 int main(int argc, char** argv) {
