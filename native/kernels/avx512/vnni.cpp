@@ -164,10 +164,27 @@ inline __m512i broadcast_q(const int64_t* p) {
   return v;
 }
 
+// Lane 2t + rr of v is (row rr of the pair, token t); nr == 1: the pair has one row.
+inline void store_pair(__m512 v, int nr, int nt, float* y, size_t ldy) {
+  alignas(64) float out[16];
+  _mm512_store_ps(out, v);
+  for (int t = 0; t < nt; t++) {
+    y[t * ldy] = out[2 * t];
+    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
+  }
+}
+using PairFn = void (*)(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+                        size_t ldy);
+// Gemm8::run: nr <= 4 rows as pairs
+template <PairFn PAIR>
+void over_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  for (int r = 0; r < nr; r += 2) PAIR(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
+}
+
 // One row pair (rows r, r + 1; nr == 1 repeats row r and stores one) x one packed group of nt
 // tokens. (Two pairs per pass measured no faster: the 16 accumulators then spill.)
 template <GgmlType WT>
-inline void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
                        size_t ldy) {
   using P = Pair<WT>;
   using W = typename P::W;
@@ -196,18 +213,9 @@ inline void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uin
   __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
                            _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
   if constexpr (P::kMin) v = _mm512_add_ps(v, msum);
-  alignas(64) float out[16];
-  _mm512_store_ps(out, v);
-  for (int t = 0; t < nt; t++) {
-    y[t * ldy] = out[2 * t];
-    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
-  }
+  store_pair(v, nr, nt, y, ldy);
 }
 
-template <GgmlType WT>
-void gemm8(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
-  for (int r = 0; r < nr; r += 2) gemm8_pair<WT>(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
-}
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
 
@@ -313,17 +321,9 @@ void gemm8_q4_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
     const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(summ), dmin);
     acc = _mm512_add_ps(acc, _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(sumi), m));
   }
-  alignas(64) float out[16];
-  _mm512_store_ps(out, acc);
-  for (int t = 0; t < nt; t++) {
-    y[t * ldy] = out[2 * t];
-    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
-  }
+  store_pair(acc, nr, nt, y, ldy);
 }
 
-void gemm8_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
-  for (int r = 0; r < nr; r += 2) gemm8_q4_K_pair(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
-}
 
 // ---- Q6_K (activations q8_K) ----
 // dot_q6_K's integers (values 0..63 times each 16-element group's signed scale, minus 32 times
@@ -385,17 +385,9 @@ void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
                                    _mm512_loadu_ps((const float*)pk));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
   }
-  alignas(64) float out[16];
-  _mm512_store_ps(out, acc);
-  for (int t = 0; t < nt; t++) {
-    y[t * ldy] = out[2 * t];
-    if (nr > 1) y[t * ldy + 1] = out[2 * t + 1];
-  }
+  store_pair(acc, nr, nt, y, ldy);
 }
 
-void gemm8_q6_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
-  for (int r = 0; r < nr; r += 2) gemm8_q6_K_pair(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
-}
 
 }  // namespace
 
@@ -404,13 +396,13 @@ const KernelTable* vnni_table_unchecked() {
     const KernelTable* base = avx2_table_unchecked();
     KernelTable k = base ? *base : KernelTable{};
     k.name = "avx512vnni";
-    k.gemm8[S_Q4_0] = {packed_bytes<8>, pack8<false, 8>, gemm8<GgmlType::Q4_0>};
-    k.gemm8[S_Q4_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q4_1>};
-    k.gemm8[S_Q5_0] = {packed_bytes<16>, pack8<false, 16>, gemm8<GgmlType::Q5_0>};
-    k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, gemm8<GgmlType::Q5_1>};
-    k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, gemm8<GgmlType::Q8_0>};
-    k.gemm8[S_Q4_K] = {packed_bytes_q8_K, pack8_q8_K, gemm8_q4_K};
-    k.gemm8[S_Q6_K] = {packed_bytes_q8_K, pack8_q8_K, gemm8_q6_K};
+    k.gemm8[S_Q4_0] = {packed_bytes<8>, pack8<false, 8>, over_pairs<gemm8_pair<GgmlType::Q4_0>>};
+    k.gemm8[S_Q4_1] = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q4_1>>};
+    k.gemm8[S_Q5_0] = {packed_bytes<16>, pack8<false, 16>, over_pairs<gemm8_pair<GgmlType::Q5_0>>};
+    k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q5_1>>};
+    k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, over_pairs<gemm8_pair<GgmlType::Q8_0>>};
+    k.gemm8[S_Q4_K] = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
+    k.gemm8[S_Q6_K] = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
     return k;
   }();
   return &t;
