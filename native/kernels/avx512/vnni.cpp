@@ -1,11 +1,12 @@
 // AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
-// to Q5_0). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
+// to Q5_0) and for Q4_K and Q6_K (further down, same layout per super-block). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
 // dispatch.cpp calls vnni_table_unchecked() only after checking the CPU. Everything else in the
 // table is the AVX2 set.
 //
-// Dimension legend: K elements per row (nb = K / 32 blocks); a group of 8 tokens t; weight rows
-// in pairs (r, r + 1); j in [0, 8) the 4-element group of a block (elements 4j .. 4j + 3).
+// Dimension legend: K elements per row (nb = K / 32 blocks, K / 256 super-blocks for the K-quants);
+// a group of 8 tokens t; weight rows in pairs (r, r + 1); j in [0, 8) the 4-element group of a
+// block (elements 4j .. 4j + 3).
 //
 // Why a new layout instead of the AVX2 tile kernel with vpdpbusd swapped in: that kernel spends
 // ~9 uops per (token, block), most of them converting and scaling each pair's partial sums. Here
