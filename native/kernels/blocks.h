@@ -166,7 +166,7 @@ static inline size_t attn_scratch_floats(int R, int Dh, int N) {
   return tiled > reference ? tiled : reference;
 }
 
-// Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+// Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K):
 // pack lays out nt <= 8 partner-typed activation rows (x_stride bytes apart) in packed_bytes(k)
 // bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt tokens, with the same bits as
 // the table's tile/dot for every pair. Its scalar reference is ref/'s dot for the type.

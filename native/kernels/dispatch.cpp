@@ -20,7 +20,6 @@ static bool cpu_has_avx2_fma_f16c() {
 
 static bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
   return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512vnni");

@@ -80,79 +80,61 @@ void pack8(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
   }
 }
 
-// Weights of one block of rows r and r+1 as unsigned bytes, group j of both rows in the qword
-// wq[j] (row r's dword low), and their f16 scales (and Q4_1 mins) as floats.
-template <GgmlType WT> struct Pair;
-// 16 bytes of nibbles per row: groups 0-3 are the low nibbles, 4-7 the high ones.
-inline void nibble_pair(const uint8_t* qs0, const uint8_t* qs1, int64_t* wq) {
-  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)qs0)),
-                                            _mm_loadu_si128((const __m128i*)qs1), 1);
-  const __m256i m = _mm256_set1_epi8(0x0F);
-  const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m)),
-                                       _mm256_and_si256(_mm256_srli_epi16(q, 4), m), 1);
-  // u's dwords: row r groups 0-3, row r+1 groups 0-3, row r groups 4-7, row r+1 groups 4-7
-  const __m512i idx = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
-}
-// Two rows' 32 unsigned values of one block (element order) -> wq[j] = group j of both rows.
+// Two rows' 32 unsigned values of one block (element order) -> wq[j] = group j of both rows
+// (row r's dword low).
 inline void interleave_pair(__m256i row0, __m256i row1, int64_t* wq) {
   const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(row0), row1, 1);
   const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
   _mm512_store_si512((__m512i*)wq, _mm512_permutexvar_epi32(idx, u));
 }
-// A Q5 block's values 0..31 in element order: nibbles (low half of qs first) plus 16 where qh's
-// bit for the element is set.
-inline __m256i q5_values(const uint8_t* qs, const uint8_t* qh) {
+// A Q4 block's nibbles 0..15 in element order (the low nibbles of qs first).
+inline __m256i q4_values(const uint8_t* qs) {
   const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
-  const __m256i nib =
-      _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+  return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+// A Q5 block's values 0..31: the nibbles plus 16 where qh's bit for the element is set.
+inline __m256i q5_values(const uint8_t* qs, const uint8_t* qh) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
-  return _mm256_or_si256(nib, _mm256_maskz_set1_epi8((__mmask32)h, 0x10));
+  return _mm256_or_si256(q4_values(qs), _mm256_maskz_set1_epi8((__mmask32)h, 0x10));
 }
-inline __m128 halves2(const uint8_t* b0, const uint8_t* b1, int off) {
+// The f16 at byte off of two blocks, as [v0, v1] repeated over a zmm (lane 2t + rr = block rr's).
+inline __m512 halves2(const void* b0, const void* b1, size_t off) {
   half h0, h1;
-  std::memcpy(&h0, b0 + off, 2);
-  std::memcpy(&h1, b1 + off, 2);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | ((uint32_t)h1 << 16))));  // [v0, v1, 0, 0]
+  std::memcpy(&h0, (const uint8_t*)b0 + off, 2);
+  std::memcpy(&h1, (const uint8_t*)b1 + off, 2);
+  return _mm512_broadcast_f32x2(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | ((uint32_t)h1 << 16)))));
 }
+
+// Per legacy type: its block, whether it has a min (m at byte 2, after d at byte 0), the offset C
+// that makes its values unsigned, and its values for rows r and r+1 as wq (see interleave_pair).
+template <GgmlType WT> struct Pair;
 template <> struct Pair<GgmlType::Q4_0> {
   using W = block_q4_0; static constexpr bool kMin = false; static constexpr int C = 8;
-  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
-    nibble_pair(b0.qs, b1.qs, wq);
-    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
-  }
+  static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(q4_values(b0.qs), q4_values(b1.qs), wq); }
 };
 template <> struct Pair<GgmlType::Q4_1> {
   using W = block_q4_1; static constexpr bool kMin = true; static constexpr int C = 0;
-  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512* mw) {
-    nibble_pair(b0.qs, b1.qs, wq);
-    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
-    *mw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2));
-  }
+  static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(q4_values(b0.qs), q4_values(b1.qs), wq); }
 };
 template <> struct Pair<GgmlType::Q5_0> {
   using W = block_q5_0; static constexpr bool kMin = false; static constexpr int C = 16;
-  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
+  static void values(const W& b0, const W& b1, int64_t* wq) {
     interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
-    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
   }
 };
 template <> struct Pair<GgmlType::Q5_1> {
   using W = block_q5_1; static constexpr bool kMin = true; static constexpr int C = 0;
-  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512* mw) {
+  static void values(const W& b0, const W& b1, int64_t* wq) {
     interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
-    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
-    *mw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2));
   }
 };
 template <> struct Pair<GgmlType::Q8_0> {
   using W = block_q8_0; static constexpr bool kMin = false; static constexpr int C = 128;
-  static void load(const W& b0, const W& b1, int64_t* wq, __m512* dw, __m512*) {
+  static void values(const W& b0, const W& b1, int64_t* wq) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     interleave_pair(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b0.qs), flip),
                     _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b1.qs), flip), wq);
-    *dw = _mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0));
   }
 };
 
@@ -186,7 +168,7 @@ void over_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
 // tokens. (Two pairs per pass measured no faster: the 16 accumulators then spill.)
 template <GgmlType WT>
 void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
-                       size_t ldy) {
+                size_t ldy) {
   using P = Pair<WT>;
   using W = typename P::W;
   constexpr size_t bb = packed_block_bytes<P::C>();
@@ -198,10 +180,10 @@ void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   alignas(64) int64_t wq[8];
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t* pk = packed + i * bb;
-    __m512 dw, mw;
-    P::load(row0[i], row1[i], wq, &dw, &mw);
-    if constexpr (P::kMin) msum = _mm512_fmadd_ps(mw, _mm512_loadu_ps((const float*)pk + 16), msum);
-    const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps((const float*)pk));
+    P::values(row0[i], row1[i], wq);
+    if constexpr (P::kMin)
+      msum = _mm512_fmadd_ps(halves2(&row0[i], &row1[i], 2), _mm512_loadu_ps((const float*)pk + 16), msum);
+    const __m512 scale = _mm512_mul_ps(halves2(&row0[i], &row1[i], 0), _mm512_loadu_ps((const float*)pk));
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
       const __m512i start =
@@ -216,7 +198,6 @@ void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   if constexpr (P::kMin) v = _mm512_add_ps(v, msum);
   store_pair(v, nr, nt, y, ldy);
 }
-
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
 
@@ -317,8 +298,8 @@ void gemm8_q4_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
     for (int j = 0; j < 4; j++)
       summ = _mm512_dpwssd_epi32(summ, broadcast_q(&mn[j]), _mm512_loadu_si512((const __m512i*)(pk + 64) + j));
     const __m512 xd = _mm512_loadu_ps((const float*)pk);
-    const __m512 d = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 0)), xd);
-    const __m512 dmin = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1, 2)), xd);
+    const __m512 d = _mm512_mul_ps(halves2(&b0, &b1, 0), xd);
+    const __m512 dmin = _mm512_mul_ps(halves2(&b0, &b1, 2), xd);
     const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(summ), dmin);
     acc = _mm512_add_ps(acc, _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(sumi), m));
   }
@@ -381,9 +362,7 @@ void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
     for (int j = 0; j < 8; j++)
       off = _mm512_dpwssd_epi32(off, broadcast_q(&sc16[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackKBs16) + j));
     sumi = _mm512_sub_epi32(sumi, _mm512_slli_epi32(off, 5));
-    const __m512 d = _mm512_mul_ps(_mm512_broadcast_f32x2(halves2((const uint8_t*)&b0, (const uint8_t*)&b1,
-                                                                  offsetof(block_q6_K, d))),
-                                   _mm512_loadu_ps((const float*)pk));
+    const __m512 d = _mm512_mul_ps(halves2(&b0, &b1, offsetof(block_q6_K, d)), _mm512_loadu_ps((const float*)pk));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
   }
   store_pair(acc, nr, nt, y, ldy);
