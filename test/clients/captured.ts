@@ -1,8 +1,8 @@
-// Reads the captured client requests in the shared spec (one JSON request per line).
+// Reads the captured client requests kept in test/fixtures/clients/ (one JSON request per line).
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
-export const CLIENTS_DIR = process.env.MASHBOX_CLIENTS_DIR ?? new URL("../../../shared/spec/clients", import.meta.url).pathname;
+export const CLIENTS_DIR = process.env.MASHBOX_CLIENTS_DIR ?? new URL("../fixtures/clients", import.meta.url).pathname;
 
 export interface CapturedRequest {
   /** file:line, for test names. */
