@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Contract tests (`npm run test:contract`): the real server on a fixture model, probed by
-# schemathesis against openapi.json. Zero failures required.
+# `mashbox conformance` (schemathesis + stream checks) against openapi.json. Zero failures required.
 #
 # Checks: not_a_server_error, status_code_conformance, content_type_conformance,
 # response_schema_conformance. Every operation is tested, streamed answers included: schemathesis
@@ -59,35 +59,20 @@ for _ in $(seq 240); do
 done
 [ -n "$ready" ] || { echo "contract: /v1/health was not 200 within 120 s" >&2; tail -30 "$REPORT/server.log" >&2; exit 1; }
 
-# The examples name the model by a placeholder (openapi.json's x-mashbox-model-id note); fill in
-# the id this server runs so the examples reach the model instead of a 404.
-MODEL_ID="$(curl -s "$BASE/v1/models" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).data[0].id))')"
-node --import tsx --input-type=module -e '
-  const { readFileSync, writeFileSync } = await import("node:fs");
-  const { fillModelId } = await import("./src/contract/model-id.ts");
-  const doc = JSON.parse(readFileSync("openapi.json", "utf8"));
-  writeFileSync(process.argv[1], JSON.stringify(fillModelId(doc, process.argv[2]), null, 2));
-' "$REPORT/openapi.filled.json" "$MODEL_ID"
-echo "contract: model $MODEL_ID; schemathesis with up to $EXAMPLES examples per operation, seed $SEED"
-
+# The checks themselves are `mashbox conformance` (src/conformance/), the command users run against
+# their own deployments: it fills the running model's id into the contract's examples, runs
+# schemathesis and the stream checks, and prints one line per failure and "N passed, N failed".
 set +e
-# No --max-time: schemathesis spends all of it, fuzzing again and again; `timeout` is only a guard.
-timeout "$TIMEOUT" st run "$REPORT/openapi.filled.json" \
-  --url "$BASE" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
-  --phases examples,coverage,fuzzing \
-  --mode all \
-  --max-examples "$EXAMPLES" \
+node bin/mashbox.js conformance "$BASE" \
+  --examples "$EXAMPLES" \
   --seed "$SEED" \
-  --workers 1 \
+  --timeout "$TIMEOUT" \
   --request-timeout 120 \
-  --generation-database none \
-  --report junit \
-  --report-dir "$REPORT" \
-  --no-color 2>&1 | tee "$REPORT/schemathesis.txt"
-status=${PIPESTATUS[0]}
+  --report-dir "$REPORT"
+status=$?
 set -e
+[ "$status" = 0 ] || echo "contract: schemathesis output with a curl line per failing case: $REPORT/schemathesis.txt"
 
 kill -0 "$SERVER_PID" 2>/dev/null || { echo "contract: the server died during the run" >&2; tail -30 "$REPORT/server.log" >&2; exit 1; }
-echo "contract: schemathesis exit $status; reports in $REPORT"
+echo "contract: conformance exit $status; reports in $REPORT"
 exit "$status"

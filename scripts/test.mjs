@@ -31,9 +31,9 @@ const mochaCounts = (out) => ({
   failed: Number(out.match(/(\d+) failing/)?.[1] ?? 0),
 });
 const schemathesisCounts = (out) => {
-  // schemathesis 4 closes with "Test cases:\n  N generated, N passed[, N failed]".
-  const m = out.match(/(\d+) generated, (\d+) passed(?:, (\d+) failed)?/);
-  return m ? { passed: Number(m[2]), failed: Number(m[3] ?? 0) } : { passed: 0, failed: 0 };
+  // contract-tests/run.sh ends with `mashbox conformance`'s "N passed, N failed" (checks, not cases).
+  const m = [...out.matchAll(/^(\d+) passed, (\d+) failed$/gm)].pop();
+  return m ? { passed: Number(m[1]), failed: Number(m[2]) } : { passed: 0, failed: 0 };
 };
 
 // Make a fresh checkout testable with this one command: build, Python tools, models, fixtures.

@@ -1,4 +1,4 @@
-// `mashbox run | pull | models`. Only this file reads process.argv / MASHBOX_API_KEY; the
+// `mashbox run | pull | models | conformance`. Only this file reads process.argv / MASHBOX_API_KEY; the
 // programmatic-only server options (validate_responses, test_hooks) have no flag here.
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
@@ -7,11 +7,13 @@ import { ApiError } from "./errors.js";
 import { DEFAULTS, isLoopback } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
+import { CONFORMANCE_COMMAND, CONFORMANCE_OPTIONS } from "./conformance/command.js";
 
 export const USAGE = `Usage:
   mashbox run [model] [options]   Serve a model (OpenAI + Anthropic APIs)
   mashbox pull [model]            Download a model from models.json; prints its path last
   mashbox models                  List the models in models.json and which are present
+${CONFORMANCE_COMMAND}
   mashbox --help                  This text
 
 [model] is an id from models.json (default: ${DEFAULTS.model}) or a path to a .gguf file.
@@ -29,9 +31,14 @@ run options:
   --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
                        Keys sharing a tenant name share its queue limit. With keys, /v1/*,
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
+  --allow-host NAME    One more Host name to answer to, on any port (repeatable): the Service
+                       or gateway hostname clients use. Keys still apply.
+  --metrics-without-key  /metrics needs no API key (for scrapers that cannot send one, such
+                       as the Gateway API endpoint picker); it carries no keys or prompts.
   --ui                 Serve the built-in chat page at /.
   --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build.
 
+${CONFORMANCE_OPTIONS}
 Environment:
   MASHBOX_API_KEY      One more API key (its own tenant).
   MASHBOX_HOME         Cache root (default ~/.cache/mashbox); models go to $MASHBOX_HOME/models.
@@ -56,6 +63,8 @@ export interface RunConfig {
   n_threads: number;
   cache_ram_mib: number;
   api_key_file: string | undefined;
+  allow_hosts: string[];
+  metrics_without_key: boolean;
   ui: boolean;
   device: "cpu" | "cuda";
 }
@@ -74,6 +83,8 @@ export function parseRunArgs(args: string[]): RunConfig {
       threads: { type: "string" },
       "cache-ram": { type: "string" },
       "api-key-file": { type: "string" },
+      "allow-host": { type: "string", multiple: true },
+      "metrics-without-key": { type: "boolean" },
       ui: { type: "boolean" },
       device: { type: "string" },
       help: { type: "boolean", short: "h" },
@@ -82,6 +93,9 @@ export function parseRunArgs(args: string[]): RunConfig {
   if (positionals.length > 1) throw new UsageError(`run takes one model, got ${positionals.length}: ${positionals.join(" ")}`);
   const device = values.device ?? "cpu";
   if (device !== "cpu" && device !== "cuda") throw new UsageError(`--device must be cpu or cuda, got '${device}'`);
+  for (const h of values["allow-host"] ?? []) {
+    if (!/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h)) throw new UsageError(`--allow-host takes a host name without port or scheme, got '${h}'`);
+  }
   return {
     model: positionals[0],
     host: values.host ?? DEFAULTS.host,
@@ -91,6 +105,8 @@ export function parseRunArgs(args: string[]): RunConfig {
     n_threads: intOption("threads", values.threads, availableParallelism(), 1, 1024),
     cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
     api_key_file: values["api-key-file"],
+    allow_hosts: values["allow-host"] ?? [],
+    metrics_without_key: values["metrics-without-key"] === true,
     ui: values.ui === true,
     device,
   };
@@ -182,7 +198,7 @@ async function cmdRun(args: string[]): Promise<number> {
     eos_token: null,
   });
   const { createApp } = await import("./server.js");
-  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib });
+  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allow_hosts: cfg.allow_hosts, metrics_without_key: cfg.metrics_without_key });
   const { url } = await app.listen(cfg.port, cfg.host);
   process.stderr.write(`mashbox: listening on ${url} — ${model_id}, loading (answers 503/529 until ready)${keys ? `, ${keys.size} API key(s)` : ""}\n`);
 
@@ -248,6 +264,10 @@ export async function main(argv: string[]): Promise<number> {
     if (cmd === "run") return await cmdRun(rest);
     if (cmd === "pull") return await cmdPull(rest);
     if (cmd === "models") return cmdModels();
+    if (cmd === "conformance") {
+      const { cmdConformance } = await import("./conformance/command.js");
+      return await cmdConformance(rest, (s) => process.stdout.write(s), (s) => process.stderr.write(s));
+    }
     throw new UsageError(`unknown command '${cmd}'`);
   } catch (e) {
     const usage = e instanceof UsageError || (e as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");

@@ -99,6 +99,16 @@ export interface SecurityOptions {
   /** The port actually listened on (known only after listen when 0 was asked for). */
   port: () => number;
   keys: ApiKeys | null;
+  /**
+   * --allow-host: more names the server answers to, on any port. Behind a Service or a gateway
+   * the Host header carries their name (and port), not this machine's; keys still apply.
+   */
+  allow_hosts?: string[];
+  /**
+   * --metrics-without-key: /metrics open to scrapers that cannot send a key (the Gateway API
+   * endpoint picker). It holds no key, tenant, prompt or user; Host checks still apply.
+   */
+  metrics_without_key?: boolean;
 }
 
 /** Host header values (lowercase host[:port]) the server answers to. */
@@ -151,10 +161,12 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
     }
     return hosts;
   };
+  const extraNames = new Set((opts.allow_hosts ?? []).map(bareHost));
+  // host[:port] → whether it names this server: a listed host:port, or an --allow-host name.
+  const answersTo = (hostport: string) => hostsNow().has(hostport) || extraNames.has(bareHost(hostport.replace(/:\d+$/, "")));
   return async (ctx, next) => {
-    const allowed = hostsNow();
     const host = (ctx.get("host") || "").toLowerCase();
-    if (!allowed.has(host)) throw new ApiError("forbidden_host");
+    if (!answersTo(host)) throw new ApiError("forbidden_host");
 
     const origin = ctx.get("origin");
     if (origin) {
@@ -162,7 +174,7 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
       try {
         const u = new URL(origin);
         const hostport = u.port ? u.host : `${u.host}:${u.protocol === "https:" ? 443 : 80}`;
-        ok = (u.protocol === "http:" || u.protocol === "https:") && allowed.has(hostport.toLowerCase());
+        ok = (u.protocol === "http:" || u.protocol === "https:") && answersTo(hostport.toLowerCase());
       } catch {
         ok = false; // "null" (sandboxed frames, file://) and garbage are other origins
       }
@@ -171,7 +183,7 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
       throw new ApiError("forbidden_origin");
     }
 
-    if (opts.keys && needsKey(ctx.path)) {
+    if (opts.keys && needsKey(ctx.path) && !(opts.metrics_without_key && ctx.path === "/metrics")) {
       let tenant: string | null = null;
       for (const k of presentedKeys(ctx)) {
         tenant = opts.keys.match(k);

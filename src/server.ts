@@ -31,6 +31,10 @@ export interface AppOptions {
   port?: number;
   /** Parsed keys (security.loadApiKeys); required when host is not loopback. */
   api_keys?: ApiKeys | null;
+  /** --allow-host: more Host names answered, on any port (security.ts). */
+  allow_hosts?: string[];
+  /** --metrics-without-key: /metrics needs no key (security.ts). */
+  metrics_without_key?: boolean;
   /** --ui: GET / is the chat page. */
   ui?: boolean;
   /** --cache-ram (MiB), reported in Model and Health. */
@@ -87,7 +91,13 @@ export function createApp(opts: AppOptions): MashboxApp {
   setServerInfo(deps, { ui: opts.ui === true, cache_ram_mib: opts.cache_ram_mib ?? 0, prefix_cache: true });
   const contract = opts.validate_responses ? new ContractRecorder(createResponseValidator(rawDoc), log) : null;
   // Throws (refusing to start) when the host is not loopback and no key is configured.
-  const security = securityMiddleware({ host, port: () => boundPort, keys: opts.api_keys ?? null });
+  const security = securityMiddleware({
+    host,
+    port: () => boundPort,
+    keys: opts.api_keys ?? null,
+    allow_hosts: opts.allow_hosts,
+    metrics_without_key: opts.metrics_without_key,
+  });
 
   // openapi.json is OpenAPI 3.1 (JSON Schema 2020-12); openapi-backend's own definition check
   // knows only 3.0, so `quick` skips it (the contract engineer lints the document with redocly)
