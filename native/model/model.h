@@ -1,5 +1,6 @@
-// Engine-facing model interface. One implementation file per architecture
-// (llama.cpp: llama + qwen2 + qwen3 share a file only if their graph is identical; qwen3moe has its own).
+// Engine-facing model interface. Each architecture has its own file with its whole forward pass
+// (model_llama.cpp, model_qwen2.cpp, model_qwen3.cpp, model_qwen3moe.cpp), built from the shared
+// pieces in transformer.h; loader.h reads the GGUF for them.
 //
 // Dimension legend used in every model file:
 //   T  tokens in the current batch      D  n_embd (embedding_length)
@@ -10,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,7 +19,7 @@ namespace mb {
 class GgufFile;
 class ThreadPool;
 
-// Read from the GGUF keys unchanged (`<arch>.*`).
+// The GGUF's `<arch>.*` keys, plus what the architecture implies (rope_neox).
 struct ModelConfig {
   std::string arch;          // general.architecture
   int n_layer = 0;           // block_count
@@ -27,11 +29,11 @@ struct ModelConfig {
   int n_head_kv = 0;         // attention.head_count_kv
   int head_dim = 0;          // attention.key_length, else n_embd / n_head
   int n_ctx_train = 0;       // context_length
-  int n_vocab = 0;
+  int n_vocab = 0;           // rows of token_embd.weight
   float rms_eps = 1e-6f;     // attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.f;
   int rope_dim = 0;          // rope.dimension_count
-  bool rope_neox = false;    // qwen2/qwen3/qwen3moe: true; llama: false
+  bool rope_neox = false;    // rotate halves (qwen2/qwen3/qwen3moe), not adjacent pairs (llama)
   int n_expert = 0;          // expert_count
   int n_expert_used = 0;     // expert_used_count
 };
@@ -49,7 +51,8 @@ class Model {
  public:
   // Loads weights (no copy where the mmap layout is usable), allocates S*C KV cache and scratch
   // for max_batch tokens per internal step (forward() splits larger batches, in order).
-  // Throws std::runtime_error naming the unsupported architecture / tensor type / missing tensor.
+  // Throws std::runtime_error naming the unsupported architecture or tensor type, or the missing
+  // tensor and the architecture that requires it.
   static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
                                      int max_batch = 512);
   virtual ~Model() = default;
@@ -62,5 +65,16 @@ class Model {
   // Copy slot src's KV [0, n) to dst (prefix sharing between slots).
   virtual void kv_copy(int src, int dst, int n) = 0;
   virtual size_t kv_bytes() const = 0;
+  // The host prompt cache (engine/prompt_cache.h) saves and restores K/V through these. One
+  // position of a slot, every layer, is kv_token_bytes() bytes; runs are token-major
+  // ([n][kv_token_bytes]) so the first m positions of a saved run are its first m * bytes.
+  // 0 = the model cannot hand out its state (the cache stays off).
+  virtual size_t kv_token_bytes() const { return 0; }
+  // Element type of those bytes ("f16", ...): part of what a saved state is valid for.
+  virtual std::string kv_type() const { return ""; }
+  // dst [n][kv_token_bytes] = slot's K/V at positions [pos, pos + n) (all < the slot's length).
+  virtual void kv_read(int, int, int, uint8_t*) const { throw std::logic_error("model: kv_read unsupported"); }
+  // Slot's K/V at [pos, pos + n) = src; pos <= the slot's length, which becomes pos + n.
+  virtual void kv_write(int, int, int, const uint8_t*) { throw std::logic_error("model: kv_write unsupported"); }
 };
 }  // namespace mb

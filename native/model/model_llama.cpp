@@ -1,56 +1,81 @@
-// llama, qwen2 and qwen3: one graph, differing only in flags the shared loader reads from the
-// tensors present (qwen2: QKV biases; qwen3: per-head Q/K RMSNorm) and the rope type (llama:
-// adjacent pairs; qwen: NEOX halves). This file adds the dense SwiGLU FFN.
+// llama: pre-norm decoder, grouped-query attention with RoPE on adjacent pairs (llama.cpp's
+// LLAMA_ROPE_TYPE_NORM), SwiGLU feed-forward. Q/K/V biases are added when the file has them, as
+// llama.cpp's build_qkv does.
 //
-// Dimension legend: T tokens in the step (<= Tm max batch), D n_embd, F n_ff, L layers.
-#include "model/decoder.h"
+// Dimension legend: T tokens in the chunk (<= Tm), D n_embd, H heads, Hk KV heads, Dh head dim,
+// F n_ff, V n_vocab, L layers.
+//
+//   x = token_embd[token]                                              x [T, D]
+//   each layer:
+//     xn = rmsnorm(x) * attn_norm
+//     q, k, v = xn·Wq (+bq), xn·Wk (+bk), xn·Wv (+bv)                   q [T, H*Dh]  k, v [T, Hk*Dh]
+//     q, k = rope(q), rope(k);  k, v -> KV cache
+//     x += attention(q, K, V)·Wo
+//     x += swiglu(rmsnorm(x) * ffn_norm)
+//   logits = (rmsnorm(x) * output_norm)·Wout                          [wanted rows, V]
+#include "model/transformer.h"
 
 namespace mb {
 namespace {
+using namespace model_detail;
 
-class LlamaModel final : public model_detail::DecoderBase {
+class Llama final : public Transformer {
  public:
-  LlamaModel(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, int S, int C, int Tm, ThreadPool* pool)
-      : DecoderBase(std::move(file), cfg, S, C, Tm, pool) {
-    const int F = cfg_.n_ff;
-    if (F <= 0) throw std::runtime_error("model: " + cfg_.arch + ".feed_forward_length must be positive");
-    ffn_.resize(cfg_.n_layer);
-    for (int il = 0; il < cfg_.n_layer; il++) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      ffn_[il].gate = model_detail::weight_2d(*file_, p + "ffn_gate.weight", D_, F);
-      ffn_[il].up = model_detail::weight_2d(*file_, p + "ffn_up.weight", D_, F);
-      ffn_[il].down = model_detail::weight_2d(*file_, p + "ffn_down.weight", F, D_);
-    }
-    gate_.assign((size_t)Tm_ * F, 0.f);
-    up_.assign((size_t)Tm_ * F, 0.f);
-  }
-
- protected:
-  // out = (silu(xn·Wgate) * (xn·Wup)) · Wdown
-  void ffn(int il, const float* xn, float* out, int T) override {
-    const FfnWeights& w = ffn_[il];
-    const int F = cfg_.n_ff;
-    mm(w.gate, xn, gate_.data(), T);
-    mm(w.up, xn, up_.data(), T);
-    par_for(T, [&](int t) { silu_mul(&gate_[(size_t)t * F], &up_[(size_t)t * F], F); });
-    mm(w.down, gate_.data(), out, T);
+  Llama(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
+      : Transformer(std::move(file), cfg, cap, pool) {
+    const WeightLoader w(*file_, cfg_);
+    token_embd_ = w.token_embd();
+    output_norm_ = w.vector("output_norm.weight", D_);
+    output_ = w.output(token_embd_);
+    for (int il = 0; il < L_; il++) layers_.push_back({w.attention(il, Biases::optional), w.swiglu(il)});
   }
 
  private:
-  struct FfnWeights {
-    QMatrix gate, up;  // [D -> F]
-    QMatrix down;      // [F -> D]
+  void forward_chunk(const Chunk& c, float* logits) override {
+    const int T = c.T;
+    embed(token_embd_, c, x_);                              // x [T, D]
+    for (int il = 0; il < L_; il++) {
+      const Layer& l = layers_[il];
+      rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
+      mm(l.attn.wq, xn_, q_, T);                            // q [T, H*Dh]
+      mm(l.attn.wk, xn_, k_, T);                            // k [T, Hk*Dh]
+      mm(l.attn.wv, xn_, v_, T);                            // v [T, Hk*Dh]
+      par_for(T, [&](int t) {
+        float* q = &q_[(size_t)t * HD_];                    // [H*Dh]
+        float* k = &k_[(size_t)t * KD_];                    // [Hk*Dh]
+        float* v = &v_[(size_t)t * KD_];                    // [Hk*Dh]
+        add_qkv_biases(l.attn, q, k, v);
+        rope_heads(q, H_, c.pos[t]);
+        rope_heads(k, Hk_, c.pos[t]);
+        store_kv(il, c.slot[t], c.pos[t], k, v);
+      });
+      attention(il, c, q_, att_);                           // att [T, H*Dh]
+      mm(l.attn.wo, att_, y_, T);                           // y [T, D]
+      add_rows(x_, y_, T);
+      rmsnorm_rows(xn_, x_, l.ffn.norm, T);                 // xn [T, D]
+      swiglu(l.ffn, xn_, y_, T);                            // y [T, D]
+      add_rows(x_, y_, T);
+    }
+    logits_of_wanted(output_norm_, output_, c, x_, logits);
+  }
+
+  struct Layer {
+    AttentionWeights attn;  // blk.N.attn_norm, attn_{q,k,v,output}; attn_{q,k,v}.bias if present
+    SwiGluWeights ffn;      // blk.N.ffn_norm, ffn_{gate,up,down}
   };
-  std::vector<FfnWeights> ffn_;  // [L]
-  std::vector<float> gate_;      // [Tm, F]
-  std::vector<float> up_;        // [Tm, F]
+  QMatrix token_embd_;                // [D -> V], rows are embeddings
+  QMatrix output_;                    // [D -> V], token_embd_ when tied
+  std::vector<float> output_norm_;    // [D]
+  std::vector<Layer> layers_;         // [L]
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_llama_family(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, int n_slots,
-                                         int n_ctx, int max_batch, ThreadPool* pool) {
-  return std::make_unique<LlamaModel>(std::move(file), cfg, n_slots, n_ctx, max_batch, pool);
+std::unique_ptr<Model> load_llama(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
+                                  ThreadPool* pool) {
+  cfg.rope_neox = false;
+  if (cfg.n_ff <= 0) throw std::runtime_error("model: llama.feed_forward_length must be positive");
+  return std::make_unique<Llama>(std::move(file), cfg, cap, pool);
 }
 
 }  // namespace mb

@@ -1,0 +1,147 @@
+#include "model/loader.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace mb {
+namespace model_detail {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); i++) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+std::runtime_error missing(const std::string& name, const std::string& arch) {
+  return std::runtime_error("model: missing tensor '" + name + "', required by architecture '" + arch + "'");
+}
+
+std::runtime_error wrong_shape(const GgufTensor& t, const std::vector<int64_t>& want) {
+  return std::runtime_error("model: tensor '" + t.name + "' has shape " + shape_str(t.ne) + ", expected " +
+                            shape_str(want));
+}
+
+// The types kernels.h's matmul has a dot product for.
+void check_matmul_type(const GgufTensor& t) {
+  switch (t.type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
+    case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return;
+    default:
+      break;
+  }
+  const char* tn = "unknown";
+  try { tn = ggml_type_name(t.type); } catch (...) {}
+  throw std::runtime_error("model: tensor '" + t.name + "' has unsupported type " + tn + " (" +
+                           std::to_string((unsigned)t.type) + ")");
+}
+
+}  // namespace
+
+ModelConfig read_config(const GgufFile& f) {
+  ModelConfig c;
+  c.arch = f.get_str("general.architecture");
+  const std::string a = c.arch + ".";
+  c.n_layer = (int)f.get_int(a + "block_count");
+  c.n_embd = (int)f.get_int(a + "embedding_length");
+  c.n_head = (int)f.get_int(a + "attention.head_count");
+  c.n_head_kv = (int)f.get_int(a + "attention.head_count_kv", c.n_head);
+  c.head_dim = (int)f.get_int(a + "attention.key_length", c.n_head ? c.n_embd / c.n_head : 0);
+  c.n_ctx_train = (int)f.get_int(a + "context_length", 0);
+  c.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6);
+  c.rope_freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
+  c.rope_dim = (int)f.get_int(a + "rope.dimension_count", c.head_dim);
+  c.n_expert = (int)f.get_int(a + "expert_count", 0);
+  c.n_expert_used = (int)f.get_int(a + "expert_used_count", 0);
+  c.n_ff = c.n_expert > 0 ? (int)f.get_int(a + "expert_feed_forward_length", f.get_int(a + "feed_forward_length", 0))
+                          : (int)f.get_int(a + "feed_forward_length");
+  // vocab_size is optional; the embedding matrix always says how many tokens there are
+  const GgufTensor* emb = f.tensor("token_embd.weight");
+  if (!emb) throw missing("token_embd.weight", c.arch);
+  c.n_vocab = emb->ne.size() >= 2 ? (int)emb->ne[1] : 0;
+  if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0 ||
+      c.head_dim <= 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 || c.n_vocab <= 0)
+    throw std::runtime_error("model: inconsistent hyperparameters for architecture '" + c.arch + "'");
+  return c;
+}
+
+const GgufTensor& WeightLoader::require(const std::string& name) const {
+  const GgufTensor* t = f_.tensor(name);
+  if (!t) throw missing(name, cfg_.arch);
+  return *t;
+}
+
+QMatrix WeightLoader::matrix(const std::string& name, int64_t K, int64_t N) const {
+  const GgufTensor& t = require(name);
+  if (t.ne.size() < 2 || t.ne[0] != K || t.ne[1] != N || t.n_elements() != K * N) throw wrong_shape(t, {K, N});
+  check_matmul_type(t);
+  return QMatrix{t.type, K, N, t.data};
+}
+
+ExpertMatrices WeightLoader::experts(const std::string& name, int64_t K, int64_t N, int64_t E) const {
+  const GgufTensor& t = require(name);
+  if (t.ne.size() != 3 || t.ne[0] != K || t.ne[1] != N || t.ne[2] != E) throw wrong_shape(t, {K, N, E});
+  check_matmul_type(t);
+  return ExpertMatrices{t.type, K, N, t.data, ggml_row_bytes(t.type, K) * (size_t)N};
+}
+
+std::vector<float> WeightLoader::vector(const std::string& name, int64_t n) const {
+  const GgufTensor& t = require(name);
+  if (t.n_elements() != n) throw wrong_shape(t, {n});
+  std::vector<float> v((size_t)n);
+  if (t.type == GgmlType::F32) {
+    std::memcpy(v.data(), t.data, (size_t)n * 4);
+  } else {
+    check_matmul_type(t);
+    dequantize_row(QMatrix{t.type, n, 1, t.data}, 0, v.data());
+  }
+  return v;
+}
+
+std::vector<float> WeightLoader::optional_vector(const std::string& name, int64_t n) const {
+  return f_.tensor(name) ? vector(name, n) : std::vector<float>{};
+}
+
+QMatrix WeightLoader::token_embd() const { return matrix("token_embd.weight", cfg_.n_embd, cfg_.n_vocab); }
+
+QMatrix WeightLoader::output(const QMatrix& token_embd) const {
+  return f_.tensor("output.weight") ? matrix("output.weight", cfg_.n_embd, cfg_.n_vocab) : token_embd;
+}
+
+AttentionWeights WeightLoader::attention(int il, Biases biases) const {
+  const int D = cfg_.n_embd, HD = cfg_.n_head * cfg_.head_dim, KD = cfg_.n_head_kv * cfg_.head_dim;
+  const std::string p = blk(il);
+  AttentionWeights a;
+  a.norm = vector(p + "attn_norm.weight", D);
+  a.wq = matrix(p + "attn_q.weight", D, HD);
+  a.wk = matrix(p + "attn_k.weight", D, KD);
+  a.wv = matrix(p + "attn_v.weight", D, KD);
+  a.wo = matrix(p + "attn_output.weight", HD, D);
+  auto bias = [&](const std::string& name, int64_t n) {
+    return biases == Biases::required ? vector(name, n) : optional_vector(name, n);
+  };
+  a.bq = bias(p + "attn_q.bias", HD);
+  a.bk = bias(p + "attn_k.bias", KD);
+  a.bv = bias(p + "attn_v.bias", KD);
+  return a;
+}
+
+SwiGluWeights WeightLoader::swiglu(int il) const {
+  const int D = cfg_.n_embd, F = cfg_.n_ff;
+  const std::string p = blk(il);
+  return SwiGluWeights{vector(p + "ffn_norm.weight", D), matrix(p + "ffn_gate.weight", D, F),
+                       matrix(p + "ffn_up.weight", D, F), matrix(p + "ffn_down.weight", F, D)};
+}
+
+MoeWeights WeightLoader::moe(int il) const {
+  const int D = cfg_.n_embd, F = cfg_.n_ff, E = cfg_.n_expert;
+  const std::string p = blk(il);
+  return MoeWeights{vector(p + "ffn_norm.weight", D), matrix(p + "ffn_gate_inp.weight", D, E),
+                    experts(p + "ffn_gate_exps.weight", D, F, E), experts(p + "ffn_up_exps.weight", D, F, E),
+                    experts(p + "ffn_down_exps.weight", F, D, E)};
+}
+
+}  // namespace model_detail
+}  // namespace mb

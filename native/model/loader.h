@@ -1,0 +1,84 @@
+// Internal to native/model: reading a GGUF into a ModelConfig and typed weights. Everything a
+// file's layout or naming needs (defaults for absent keys, the vocabulary taken from the
+// embedding, a tied output head) is settled here, so the architecture files only say which
+// tensors they use. Every failure names the tensor and the architecture that wanted it.
+//
+// Dimension legend (see model.h): D n_embd, H heads, Hk KV heads, Dh head dim, F n_ff
+// (per expert for MoE), E experts, V n_vocab.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+namespace mb {
+namespace model_detail {
+
+// Architecture-independent keys of `<arch>.*`; rope_neox is the architecture's to set.
+ModelConfig read_config(const GgufFile& f);
+
+// blk.N.attn_norm / attn_{q,k,v,output} (+ attn_{q,k,v}.bias).
+struct AttentionWeights {
+  std::vector<float> norm;        // [D]
+  QMatrix wq;                     // [D -> H*Dh]
+  QMatrix wk, wv;                 // [D -> Hk*Dh]
+  QMatrix wo;                     // [H*Dh -> D]
+  std::vector<float> bq;          // [H*Dh]; empty when optional and absent
+  std::vector<float> bk, bv;      // [Hk*Dh]; likewise
+};
+
+// blk.N.ffn_norm / ffn_{gate,up,down}.
+struct SwiGluWeights {
+  std::vector<float> norm;        // [D]
+  QMatrix gate, up;               // [D -> F]
+  QMatrix down;                   // [F -> D]
+};
+
+// E matrices of one shape stored back to back (ffn_*_exps).
+struct ExpertMatrices {
+  GgmlType type;
+  int64_t K, N;                   // one expert is [K -> N]
+  const uint8_t* data;            // [E][N rows of K]
+  size_t expert_bytes;
+  QMatrix expert(int e) const { return QMatrix{type, K, N, data + (size_t)e * expert_bytes}; }
+};
+
+// blk.N.ffn_norm / ffn_gate_inp / ffn_{gate,up,down}_exps.
+struct MoeWeights {
+  std::vector<float> norm;        // [D]
+  QMatrix router;                 // [D -> E]
+  ExpertMatrices gate, up;        // E x [D -> F]
+  ExpertMatrices down;            // E x [F -> D]
+};
+
+enum class Biases { required, optional };
+
+class WeightLoader {
+ public:
+  WeightLoader(const GgufFile& f, const ModelConfig& cfg) : f_(f), cfg_(cfg) {}
+
+  QMatrix matrix(const std::string& name, int64_t K, int64_t N) const;                 // [K -> N]
+  ExpertMatrices experts(const std::string& name, int64_t K, int64_t N, int64_t E) const;  // E x [K -> N]
+  // Norm weights and biases, converted to f32.
+  std::vector<float> vector(const std::string& name, int64_t n) const;
+  std::vector<float> optional_vector(const std::string& name, int64_t n) const;  // empty when absent
+
+  QMatrix token_embd() const;                           // [D -> V], rows are embeddings
+  // output.weight, or the embedding matrix when the file ties the head to it (no output.weight).
+  QMatrix output(const QMatrix& token_embd) const;      // [D -> V]
+  AttentionWeights attention(int il, Biases biases) const;
+  SwiGluWeights swiglu(int il) const;
+  MoeWeights moe(int il) const;
+  static std::string blk(int il) { return "blk." + std::to_string(il) + "."; }
+
+ private:
+  const GgufTensor& require(const std::string& name) const;
+  const GgufFile& f_;
+  const ModelConfig& cfg_;
+};
+
+}  // namespace model_detail
+}  // namespace mb

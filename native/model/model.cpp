@@ -1,0 +1,28 @@
+// Model::load: picks the architecture file by general.architecture.
+#include <stdexcept>
+#include <string>
+
+#include "model/loader.h"
+#include "model/transformer.h"
+
+namespace mb {
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
+                                   int max_batch) {
+  if (!file) throw std::invalid_argument("model: no GGUF file");
+  using Factory = std::unique_ptr<Model> (*)(std::shared_ptr<GgufFile>, ModelConfig, const model_detail::Capacity&,
+                                             ThreadPool*);
+  static const struct {
+    const char* arch;
+    Factory load;
+  } kArchitectures[] = {{"llama", load_llama}, {"qwen2", load_qwen2}, {"qwen3", load_qwen3}, {"qwen3moe", load_qwen3moe}};
+  const std::string arch = file->get_str("general.architecture", "");
+  for (const auto& a : kArchitectures)
+    if (arch == a.arch) {
+      ModelConfig cfg = model_detail::read_config(*file);
+      return a.load(std::move(file), std::move(cfg), model_detail::Capacity{n_slots, n_ctx, max_batch}, pool);
+    }
+  throw std::runtime_error("model: unsupported architecture '" + arch + "' (supported: llama, qwen2, qwen3, qwen3moe)");
+}
+
+}  // namespace mb

@@ -1,0 +1,155 @@
+// Each architecture loads exactly the tensors it needs: for a tiny complete model of every
+// supported architecture (written here as an in-memory GGUF, f32 weights), dropping any one
+// tensor must fail to load with an error naming that tensor and the architecture, unless the
+// tensor is optional (a tied output head; Q/K/V biases outside qwen2). The complete model must
+// load and give finite logits, and so must each file missing only an optional tensor.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "util/threadpool.h"
+
+namespace {
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::printf("FAIL %s\n", what.c_str());
+    failures++;
+  }
+}
+
+// Dimensions of the synthetic models (Dh != D / H, as qwen3 allows).
+constexpr int D = 32, H = 2, HK = 1, DH = 24, F = 64, V = 40, L = 2, E = 4, EK = 2;
+
+struct Tensor {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
+};
+
+// The tensors a complete file of `arch` holds, and which of them the architecture may go without.
+std::vector<Tensor> complete_model(const std::string& arch, std::set<std::string>& optional) {
+  const bool moe = arch == "qwen3moe", qk_norm = arch == "qwen3" || moe;
+  std::vector<Tensor> t = {{"token_embd.weight", {D, V}}, {"output_norm.weight", {D}}, {"output.weight", {D, V}}};
+  optional.insert("output.weight");
+  for (int il = 0; il < L; il++) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    t.push_back({p + "attn_norm.weight", {D}});
+    t.push_back({p + "attn_q.weight", {D, H * DH}});
+    t.push_back({p + "attn_k.weight", {D, HK * DH}});
+    t.push_back({p + "attn_v.weight", {D, HK * DH}});
+    t.push_back({p + "attn_q.bias", {H * DH}});
+    t.push_back({p + "attn_k.bias", {HK * DH}});
+    t.push_back({p + "attn_v.bias", {HK * DH}});
+    if (arch != "qwen2")
+      for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) optional.insert(p + b);
+    if (qk_norm) {
+      t.push_back({p + "attn_q_norm.weight", {DH}});
+      t.push_back({p + "attn_k_norm.weight", {DH}});
+    }
+    t.push_back({p + "attn_output.weight", {H * DH, D}});
+    t.push_back({p + "ffn_norm.weight", {D}});
+    if (moe) {
+      t.push_back({p + "ffn_gate_inp.weight", {D, E}});
+      t.push_back({p + "ffn_gate_exps.weight", {D, F, E}});
+      t.push_back({p + "ffn_up_exps.weight", {D, F, E}});
+      t.push_back({p + "ffn_down_exps.weight", {F, D, E}});
+    } else {
+      t.push_back({p + "ffn_gate.weight", {D, F}});
+      t.push_back({p + "ffn_up.weight", {D, F}});
+      t.push_back({p + "ffn_down.weight", {F, D}});
+    }
+  }
+  return t;
+}
+
+// GGUF v3 with the hyperparameters of `arch` and every tensor but `skip`, all f32.
+std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tensor>& tensors, const std::string& skip) {
+  std::vector<uint8_t> b;
+  auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; i++) b.push_back(uint8_t(v >> (8 * i))); };
+  auto u64 = [&](uint64_t v) { for (int i = 0; i < 8; i++) b.push_back(uint8_t(v >> (8 * i))); };
+  auto str = [&](const std::string& s) { u64(s.size()); b.insert(b.end(), s.begin(), s.end()); };
+  auto f32 = [&](float f) { uint32_t v; std::memcpy(&v, &f, 4); u32(v); };
+  const uint32_t kU32 = 4, kF32 = 6, kStr = 8;
+
+  std::vector<const Tensor*> kept;
+  for (const Tensor& t : tensors)
+    if (t.name != skip) kept.push_back(&t);
+  std::vector<std::pair<std::string, uint32_t>> ints = {
+      {"block_count", L}, {"embedding_length", D}, {"feed_forward_length", F}, {"attention.head_count", H},
+      {"attention.head_count_kv", HK}, {"attention.key_length", DH}, {"attention.value_length", DH},
+      {"context_length", 256}};
+  if (arch == "qwen3moe")
+    ints.insert(ints.end(), {{"expert_count", E}, {"expert_used_count", EK}, {"expert_feed_forward_length", F}});
+
+  u32(0x46554747); u32(3); u64(kept.size()); u64(2 + ints.size());
+  str("general.architecture"); u32(kStr); str(arch);
+  str(arch + ".attention.layer_norm_rms_epsilon"); u32(kF32); f32(1e-6f);
+  for (auto& [key, v] : ints) { str(arch + "." + key); u32(kU32); u32(v); }
+  uint64_t offset = 0;
+  for (const Tensor* t : kept) {
+    str(t->name); u32((uint32_t)t->ne.size());
+    int64_t n = 1;
+    for (int64_t d : t->ne) { u64((uint64_t)d); n *= d; }
+    u32(0);  // F32
+    u64(offset);
+    offset += ((uint64_t)n * 4 + 31) / 32 * 32;
+  }
+  while (b.size() % 32) b.push_back(0);
+  for (const Tensor* t : kept) {
+    int64_t n = 1;
+    for (int64_t d : t->ne) n *= d;
+    const bool norm = t->name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < n; i++) f32(norm ? 1.0f : 0.05f * std::sin(0.7f * (float)i + (float)t->name.size()));
+    while (b.size() % 32) b.push_back(0);
+  }
+  return b;
+}
+
+// "" when the file loads and gives finite logits, else the error.
+std::string try_load(const std::vector<uint8_t>& buf, mb::ThreadPool* pool) {
+  try {
+    std::shared_ptr<mb::GgufFile> f = mb::GgufFile::parse(buf.data(), buf.size());
+    auto m = mb::Model::load(f, 1, 8, pool, 4);
+    std::vector<float> out(2 * V);
+    m->forward(mb::Batch{{1, 7}, {0, 1}, {0, 0}, {1, 1}}, out.data());
+    for (float x : out)
+      if (!std::isfinite(x)) return "non-finite logits";
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+int main() {
+  mb::ThreadPool pool(2);
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
+    std::set<std::string> optional;
+    const std::vector<Tensor> tensors = complete_model(arch, optional);
+    const std::string complete = try_load(write_gguf(arch, tensors, ""), &pool);
+    check(complete.empty(), arch + ": complete model fails to load: " + complete);
+    int n_required = 0;
+    for (const Tensor& t : tensors) {
+      const std::string err = try_load(write_gguf(arch, tensors, t.name), &pool);
+      if (optional.count(t.name)) {
+        check(err.empty(), arch + " without optional " + t.name + ": " + err);
+        continue;
+      }
+      n_required++;
+      check(err.find("'" + t.name + "'") != std::string::npos && err.find("'" + arch + "'") != std::string::npos,
+            arch + " without " + t.name + " must fail naming both; got: '" + err + "'");
+    }
+    std::printf("ok %s: %d required tensors each refused when missing, %zu optional\n", arch.c_str(), n_required,
+                optional.size());
+  }
+  std::printf(failures ? "%d failures\n" : "all required-tensor tests passed\n", failures);
+  return failures ? 1 : 0;
+}
