@@ -319,7 +319,7 @@ class LoadWorker : public Napi::AsyncWorker {
       l->file = std::shared_ptr<mb::GgufFile>(mb::GgufFile::open(opts_.model_path));
       l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
       l->pool = std::make_unique<mb::ThreadPool>(opts_.n_threads);
-      l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get());
+      l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch);
       l->config = l->model->config();
       l->kv_bytes = l->model->kv_bytes();
       for (const auto& t : l->file->tensors()) {
