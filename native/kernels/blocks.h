@@ -1,5 +1,5 @@
 // Block layouts exactly as ggml writes them into GGUF files (packed, little endian), the half /
-// bfloat16 conversions, and the function table that dispatch.cpp fills. Private to kernels/.
+// bfloat16 conversions and the per-type facts. Private to kernels/.
 //
 // Dimension legend: K elements per row; QK = 32 elements per legacy block, QK_K = 256 per K-quant
 // super-block (8 sub-blocks of 32 for Q4_K/Q5_K, 16 of 16 for Q6_K).
@@ -121,86 +121,8 @@ bool is_supported(GgmlType t);
 size_t block_bytes(GgmlType t);
 int block_elems(GgmlType t);
 
-// Quantize one row of k floats (k a multiple of the block size) to the given partner type.
-using QuantizeFn = void (*)(const float* x, void* y, int64_t k);
-// Dot of one weight row with one partner-typed activation row, k elements.
-using DotFn = float (*)(int64_t k, const void* w, const void* x);
-// Register-tiled dot: y[t*ldy + r] = dot(w row r, x row t) for r < nr, t < nt, with nr <= 4 and
-// nt <= 4; weight rows are w_stride bytes apart, activation rows x_stride apart. Exists so a
-// block of weights is unpacked once and used for several tokens.
-using TileFn = void (*)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* x,
-                        size_t x_stride, int nt, float* y, size_t ldy);
-
 enum TypeSlot { S_F32, S_F16, S_BF16, S_Q4_0, S_Q4_1, S_Q5_0, S_Q5_1, S_Q8_0, S_Q4_K, S_Q5_K, S_Q6_K, S_COUNT };
 int type_slot(GgmlType t);  // -1 if the type has no dot product
-
-// Causal attention of a run of query positions against one KV head (see mb::attention).
-using AttnFn = void (*)(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
-                        int n, int G, int Dh, int p0, float scale, float* scratch);
-// Keys per block of the tiled attention: a block of K or V in f32 (64 * Dh * 4 bytes, 16 KB for
-// Dh = 64) stays in L1 while every query row of the call passes over it. Blocks start at
-// multiples of kAttnKeyBlock (a multiple of 16) from key 0 whatever the call, so each block holds
-// whole 16-key chunks of the reference's softmax sums and output chains.
-constexpr int kAttnKeyBlock = 64;
-// Scratch of the tiled attention for R query rows over N keys, nb = ceil(N / kAttnKeyBlock)
-// blocks, in floats (ref/ uses the first Dh + N):
-//   qt [R][Dh] rows rounded to f16      ch [R][attn_ch_row] each output's 16 partial sums ([Dh/8][16][8])
-//   e [nb][R][kAttnKeyBlock] scores, then exp(score - row max), block by block
-//   rmax, rinv [R] row max, (float)(1 / row sum)       rsum [R] row sum (double)
-//   kb [Dh][kAttnKeyBlock] one key block in f32, transposed    vb [2 * kAttnKeyBlock][attn_vb_row] values
-//   p [6][2 * kAttnKeyBlock] a row group's f16-rounded probabilities
-//   tail [4][Dh] the last, partial group of 4 keys, zero padded
-// Each part starts on a 16-float (64-byte) boundary relative to the base. Rows of ch and vb are
-// padded by 64 bytes: unpadded, rows of ch (and every 16th row of vb, the keys of one chain) sit
-// 4 KB apart, where loads alias earlier stores and share L1 sets.
-static inline size_t attn_part(size_t floats) { return (floats + 15) / 16 * 16; }
-static inline size_t attn_ch_row(int Dh) { return (size_t)Dh * 16 + 16; }
-static inline size_t attn_vb_row(int Dh) { return (size_t)Dh + 16; }
-static inline size_t attn_scratch_floats(int R, int Dh, int N) {
-  const size_t nb = ((size_t)N + kAttnKeyBlock - 1) / kAttnKeyBlock;
-  const size_t tiled = attn_part((size_t)R * Dh) + attn_part((size_t)R * attn_ch_row(Dh)) +
-                       attn_part((size_t)R * nb * kAttnKeyBlock) + 2 * attn_part((size_t)R) + attn_part(2 * (size_t)R) +
-                       attn_part((size_t)kAttnKeyBlock * Dh) + attn_part(2 * (size_t)kAttnKeyBlock * attn_vb_row(Dh)) +
-                       attn_part(12 * (size_t)kAttnKeyBlock) + attn_part(4 * (size_t)Dh);
-  const size_t reference = (size_t)Dh + (size_t)N;
-  return tiled > reference ? tiled : reference;
-}
-
-// Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K):
-// pack lays out nt <= 8 partner-typed activation rows (x_stride bytes apart) in packed_bytes(k)
-// bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt tokens, with the same bits as
-// the table's tile/dot for every pair. Its scalar reference is ref/'s dot for the type.
-struct Gemm8 {
-  size_t (*packed_bytes)(int64_t k);
-  void (*pack)(const uint8_t* xq, size_t x_stride, int nt, int64_t k, uint8_t* packed);
-  void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
-              size_t ldy);
-};
-
-// One complete set of kernels. dispatch.cpp builds one per instruction set and picks one.
-struct KernelTable {
-  const char* name;
-  QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_K, to_f16, to_bf16;
-  DotFn dot[S_COUNT];
-  TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
-  Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
-  void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
-  void (*softmax)(float* x, int n);
-  void (*silu_mul)(float* gate, const float* up, int n);
-  AttnFn attention;
-};
-
-const KernelTable& ref_table();
-const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
-const KernelTable* avx2_table_unchecked();  // avx2/ only; call after the CPU check
-const KernelTable* vnni_table();    // nullptr if not compiled in or the CPU lacks AVX-512 VNNI (+F/BW/DQ/VL)
-const KernelTable* vnni_table_unchecked();  // avx512/ only; call after the CPU check
-const KernelTable& active_table();  // the one dispatch.cpp picked
-// The GEMM driver with an explicit table (tests and bench compare tables through it).
-void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
-                 MatmulScratch* scratch = nullptr);
-// Quantize x[k] to W's partner type with the given table; returns bytes written per row.
-size_t quantize_row_for(const KernelTable& kt, GgmlType wtype, const float* x, void* y, int64_t k);
 
 }  // namespace kq
 }  // namespace mb

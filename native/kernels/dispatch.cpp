@@ -1,10 +1,20 @@
-// The one place that chooses a kernel set. The choice is made once (function-local static,
-// immutable afterwards) from what the CPU reports; a CUDA set would be chosen here as well.
+// The one place that builds the kernel tables and chooses one. Each table is filled from the
+// functions its set exports; a set compiled with wider instructions than the build's baseline
+// (MB_KERNELS_AVX2, MB_KERNELS_AVX512: defined by CMake when the compiler can target it) enters a
+// table only after the CPU check, and building a table runs none of its code. The choice is made
+// once (function-local static, immutable afterwards); a CUDA set would be chosen here as well.
+#include "dispatch.h"
+
 #include <cstdlib>
 #include <cstring>
 
-#include "blocks.h"
 #include "ref/ref.h"
+#if MB_KERNELS_AVX2
+#include "avx2/avx2.h"
+#endif
+#if MB_KERNELS_AVX512
+#include "avx512/avx512.h"
+#endif
 
 namespace mb {
 namespace kq {
@@ -28,25 +38,112 @@ static bool cpu_has_avx512_vnni() {
 #endif
 }
 
-const KernelTable* vnni_table() {
-  if (!cpu_has_avx512_vnni()) return nullptr;
-  return vnni_table_unchecked();
+const KernelTable& ref_table() {
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.name = "ref";
+    k.quantize_q8_0 = ref::quantize_q8_0;
+    k.quantize_q8_1 = ref::quantize_q8_1;
+    k.quantize_q8_K = ref::quantize_q8_K;
+    k.to_f16 = ref::to_f16;
+    k.to_bf16 = ref::to_bf16;
+    k.dot[S_F32] = ref::dot_f32;
+    k.dot[S_F16] = ref::dot_f16;
+    k.dot[S_BF16] = ref::dot_bf16;
+    k.dot[S_Q4_0] = ref::dot_q4_0;
+    k.dot[S_Q4_1] = ref::dot_q4_1;
+    k.dot[S_Q5_0] = ref::dot_q5_0;
+    k.dot[S_Q5_1] = ref::dot_q5_1;
+    k.dot[S_Q8_0] = ref::dot_q8_0;
+    k.dot[S_Q4_K] = ref::dot_q4_K;
+    k.dot[S_Q5_K] = ref::dot_q5_K;
+    k.dot[S_Q6_K] = ref::dot_q6_K;
+    k.rmsnorm = ref::rmsnorm;
+    k.softmax = ref::softmax;
+    k.silu_mul = ref::silu_mul;
+    k.attention = ref::attention;
+    k.attention_scratch = ref::attention_scratch_floats;
+    return k;
+  }();
+  return t;
 }
 
+#if MB_KERNELS_AVX2
+static KernelTable build_avx2() {
+  KernelTable k{};
+  k.name = "avx2";
+  k.quantize_q8_0 = avx2::quantize_q8_0;
+  k.quantize_q8_1 = avx2::quantize_q8_1;
+  k.quantize_q8_K = avx2::quantize_q8_K;
+  k.to_f16 = avx2::to_f16;
+  k.to_bf16 = ref::to_bf16;  // conversion only; never on a hot path (BF16 weights are rare here)
+  k.dot[S_F32] = avx2::dot_f32;
+  k.dot[S_F16] = avx2::dot_f16;
+  k.dot[S_BF16] = avx2::dot_bf16;
+  k.dot[S_Q4_0] = avx2::legacy_dot<GgmlType::Q4_0>;
+  k.dot[S_Q4_1] = avx2::legacy_dot<GgmlType::Q4_1>;
+  k.dot[S_Q5_0] = avx2::legacy_dot<GgmlType::Q5_0>;
+  k.dot[S_Q5_1] = avx2::legacy_dot<GgmlType::Q5_1>;
+  k.dot[S_Q8_0] = avx2::legacy_dot<GgmlType::Q8_0>;
+  k.tile[S_Q4_0] = avx2::legacy_tile<GgmlType::Q4_0>;
+  k.tile[S_Q4_1] = avx2::legacy_tile<GgmlType::Q4_1>;
+  k.tile[S_Q5_0] = avx2::legacy_tile<GgmlType::Q5_0>;
+  k.tile[S_Q5_1] = avx2::legacy_tile<GgmlType::Q5_1>;
+  k.tile[S_Q8_0] = avx2::legacy_tile<GgmlType::Q8_0>;
+  k.dot[S_Q4_K] = avx2::dot_q4_K;
+  k.dot[S_Q5_K] = avx2::dot_q5_K;
+  k.dot[S_Q6_K] = avx2::dot_q6_K;
+  k.rmsnorm = avx2::rmsnorm;
+  k.softmax = avx2::softmax;
+  k.silu_mul = avx2::silu_mul;
+  k.attention = avx2::attention;
+  k.attention_scratch = avx2::attention_scratch_floats;
+  return k;
+}
+#endif
+
 const KernelTable* avx2_table() {
-  // check first: even building the AVX2 table runs code compiled for AVX2
-  if (!cpu_has_avx2_fma_f16c()) return nullptr;
-  return avx2_table_unchecked();
+#if MB_KERNELS_AVX2
+  static const KernelTable t = build_avx2();
+  return cpu_has_avx2_fma_f16c() ? &t : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+#if MB_KERNELS_AVX512
+// The AVX2 set with the 8-token GEMM for the types that have one.
+static KernelTable build_avx512() {
+  KernelTable k = build_avx2();
+  k.name = "avx512vnni";
+  k.gemm8[S_Q4_0] = avx512::gemm8_q4_0;
+  k.gemm8[S_Q4_1] = avx512::gemm8_q4_1;
+  k.gemm8[S_Q5_0] = avx512::gemm8_q5_0;
+  k.gemm8[S_Q5_1] = avx512::gemm8_q5_1;
+  k.gemm8[S_Q8_0] = avx512::gemm8_q8_0;
+  k.gemm8[S_Q4_K] = avx512::gemm8_q4_K;
+  k.gemm8[S_Q6_K] = avx512::gemm8_q6_K;
+  return k;
+}
+#endif
+
+const KernelTable* avx512_table() {
+#if MB_KERNELS_AVX512
+  static const KernelTable t = build_avx512();
+  return cpu_has_avx512_vnni() ? &t : nullptr;
+#else
+  return nullptr;
+#endif
 }
 
 const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
     // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference), =avx2 the
-    // AVX2 set on a CPU that has AVX-512 VNNI too (benchmarks compare them).
+    // AVX2 set on a CPU that has AVX-512 too (benchmarks and the oracle compare them).
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
     const bool avx2_only = force && std::strcmp(force, "avx2") == 0;
-    if (const KernelTable* v = avx2_only ? nullptr : vnni_table()) return v;
+    if (const KernelTable* v = avx2_only ? nullptr : avx512_table()) return v;
     if (const KernelTable* a = avx2_table()) return a;
     return &ref_table();
   }();
@@ -73,6 +170,8 @@ void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
                int Dh, int p0, float scale, float* scratch) {
   kq::active_table().attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch);
 }
-size_t attention_scratch_floats(int n, int G, int Dh, int n_keys) { return kq::attn_scratch_floats(n * G, Dh, n_keys); }
+size_t attention_scratch_floats(int n, int G, int Dh, int n_keys) {
+  return kq::active_table().attention_scratch(n * G, Dh, n_keys);
+}
 
 }  // namespace mb

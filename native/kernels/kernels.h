@@ -1,6 +1,7 @@
 // The kernel API the models call. Each function has a scalar reference in kernels/ref/ and,
-// where it matters, an AVX2/FMA version (kernels/avx2/) and a CUDA version; kernels/dispatch.cpp
-// picks one at runtime from the CPU's features. Signatures are shared by every version.
+// where it matters, AVX2 and AVX-512 versions (kernels/avx2/, kernels/avx512/);
+// kernels/dispatch.cpp picks one set at runtime from the CPU's features. Signatures are shared by
+// every version.
 //
 // Dimension legend: T rows of activations (tokens), K reduction dim (W->ne[0]), N output dim (W->ne[1]).
 #pragma once
@@ -38,13 +39,11 @@ struct MatmulScratch {
 // Supported W types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool, MatmulScratch* scratch = nullptr);
 
-// Expert matmul for MoE: rows of x routed to one expert (W is that expert's slice).
-// Same contract as matmul; exists so the MoE path can batch tokens per expert.
-
 // dst[k] = dequantized row `row` of W (embedding lookup, reference paths).
 void dequantize_row(const QMatrix& W, int64_t row, float* dst);
 
-// Name of the kernel set dispatch.cpp picked ("avx2" or "ref"; MB_KERNELS=ref forces "ref").
+// Name of the kernel set dispatch.cpp picked ("avx512vnni", "avx2" or "ref"; MB_KERNELS=ref|avx2
+// forces one).
 const char* kernels_backend();
 
 // Elementwise / small ops (fp32). x and out may alias unless stated.

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 #include "util/threadpool.h"
 
 namespace mb {

@@ -2,7 +2,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "blocks.h"
+#include "dispatch.h"
 #include "ref/ref.h"
 
 namespace mb {
@@ -76,35 +76,6 @@ int type_slot(GgmlType t) {
     case GgmlType::Q6_K: return S_Q6_K;
     default: return -1;
   }
-}
-
-const KernelTable& ref_table() {
-  static const KernelTable t = [] {
-    KernelTable k{};
-    k.name = "ref";
-    k.quantize_q8_0 = ref::quantize_q8_0;
-    k.quantize_q8_1 = ref::quantize_q8_1;
-    k.quantize_q8_K = ref::quantize_q8_K;
-    k.to_f16 = ref::to_f16;
-    k.to_bf16 = ref::to_bf16;
-    k.dot[S_F32] = ref::dot_f32;
-    k.dot[S_F16] = ref::dot_f16;
-    k.dot[S_BF16] = ref::dot_bf16;
-    k.dot[S_Q4_0] = ref::dot_q4_0;
-    k.dot[S_Q4_1] = ref::dot_q4_1;
-    k.dot[S_Q5_0] = ref::dot_q5_0;
-    k.dot[S_Q5_1] = ref::dot_q5_1;
-    k.dot[S_Q8_0] = ref::dot_q8_0;
-    k.dot[S_Q4_K] = ref::dot_q4_K;
-    k.dot[S_Q5_K] = ref::dot_q5_K;
-    k.dot[S_Q6_K] = ref::dot_q6_K;
-    k.rmsnorm = ref::rmsnorm;
-    k.softmax = ref::softmax;
-    k.silu_mul = ref::silu_mul;
-    k.attention = ref::attention;
-    return k;
-  }();
-  return t;
 }
 
 size_t quantize_row_for(const KernelTable& kt, GgmlType wtype, const float* x, void* y, int64_t k) {

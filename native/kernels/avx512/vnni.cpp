@@ -1,8 +1,7 @@
 // AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
-// to Q5_0) and for Q4_K and Q6_K (further down, same layout per super-block). This file alone is compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
-// dispatch.cpp calls vnni_table_unchecked() only after checking the CPU. Everything else in the
-// table is the AVX2 set.
+// to Q5_0) and for Q4_K and Q6_K (further down, same layout per super-block). Compiled with
+// -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C); dispatch.cpp uses it only after checking the CPU.
 //
 // Dimension legend: K elements per row (nb = K / 32 blocks, K / 256 super-blocks for the K-quants);
 // a group of 8 tokens t; weight rows in pairs (r, r + 1); j in [0, 8) the 4-element group of a
@@ -28,10 +27,11 @@
 #include <cstddef>
 #include <cstring>
 
-#include "../blocks.h"
+#include "avx512.h"
 
 namespace mb {
 namespace kq {
+namespace avx512 {
 namespace {
 
 // Bytes of one packed block of 8 tokens: d[16] and s[16] floats (each token twice), q[8][16]
@@ -371,22 +371,14 @@ void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
 
 }  // namespace
 
-const KernelTable* vnni_table_unchecked() {
-  static const KernelTable t = [] {
-    const KernelTable* base = avx2_table_unchecked();
-    KernelTable k = base ? *base : KernelTable{};
-    k.name = "avx512vnni";
-    k.gemm8[S_Q4_0] = {packed_bytes<8>, pack8<false, 8>, over_pairs<gemm8_pair<GgmlType::Q4_0>>};
-    k.gemm8[S_Q4_1] = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q4_1>>};
-    k.gemm8[S_Q5_0] = {packed_bytes<16>, pack8<false, 16>, over_pairs<gemm8_pair<GgmlType::Q5_0>>};
-    k.gemm8[S_Q5_1] = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q5_1>>};
-    k.gemm8[S_Q8_0] = {packed_bytes<128>, pack8<false, 128>, over_pairs<gemm8_pair<GgmlType::Q8_0>>};
-    k.gemm8[S_Q4_K] = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
-    k.gemm8[S_Q6_K] = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
-    return k;
-  }();
-  return &t;
-}
+extern const Gemm8 gemm8_q4_0 = {packed_bytes<8>, pack8<false, 8>, over_pairs<gemm8_pair<GgmlType::Q4_0>>};
+extern const Gemm8 gemm8_q4_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q4_1>>};
+extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, over_pairs<gemm8_pair<GgmlType::Q5_0>>};
+extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q5_1>>};
+extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, over_pairs<gemm8_pair<GgmlType::Q8_0>>};
+extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
+extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
 
+}  // namespace avx512
 }  // namespace kq
 }  // namespace mb

@@ -14,10 +14,16 @@
 #include <random>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 
 using namespace mb;
 using namespace mb::kq;
+
+static size_t kt_scratch_max(const std::vector<const KernelTable*>& tables, int R, int Dh, int N) {
+  size_t m = 0;
+  for (const KernelTable* kt : tables) m = std::max(m, kt->attention_scratch(R, Dh, N));
+  return m;
+}
 
 static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -38,7 +44,7 @@ int main(int argc, char** argv) {
       for (auto& x : q) x = nd(rng);
       for (auto& x : k) x = f2h(nd(rng));
       for (auto& x : v) x = f2h(nd(rng));
-      std::vector<float> scratch(attn_scratch_floats(n * G, Dh, N));
+      std::vector<float> scratch(kt_scratch_max(tables, n * G, Dh, N));
       double pairs = 0;  // (row, key) pairs attended
       for (int i = 0; i < n; i++) pairs += (double)G * (p0 + i + 1);
       for (const KernelTable* kt : tables) {

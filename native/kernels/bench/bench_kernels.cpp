@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 #include "util/threadpool.h"
 
 using namespace mb;
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
-  if (const KernelTable* v = vnni_table()) tables.push_back(v);
+  if (const KernelTable* v = avx512_table()) tables.push_back(v);
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
   for (const Shape& s : shapes) {

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 
 using namespace mb;
 using namespace mb::kq;

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 
 using namespace mb;
 using namespace mb::kq;
@@ -106,7 +106,7 @@ double run_ggml(const Ggml& g, const Inputs& in, float scale, std::vector<float>
 }
 
 double run_ours(const KernelTable& kt, const Inputs& in, float scale, std::vector<float>& out) {
-  std::vector<float> scratch(attn_scratch_floats(in.n * in.G, in.Dh, in.N));
+  std::vector<float> scratch(kt.attention_scratch(in.n * in.G, in.Dh, in.N));
   out.resize((size_t)in.n * in.G * in.Dh);
   const double t0 = now();
   kt.attention(in.q.data(), (size_t)in.G * in.Dh, in.k.data(), in.v.data(), out.data(), (size_t)in.G * in.Dh, in.n,

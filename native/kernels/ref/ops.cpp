@@ -138,6 +138,8 @@ void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
   }
 }
 
+size_t attention_scratch_floats(int, int Dh, int N) { return (size_t)Dh + (size_t)N; }
+
 }  // namespace ref
 }  // namespace kq
 }  // namespace mb

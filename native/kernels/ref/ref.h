@@ -37,10 +37,11 @@ void silu_mul(float* gate, const float* up, int n);
 void softmax(float* x, int n);
 void add(float* out, const float* a, int n);
 // llama.cpp's CPU attention arithmetic one row and one value at a time (the definition, see
-// ops.cpp; needs Dh + p0 + n floats of scratch). ggml_expf: its vector exp, for x <= 0.
+// ops.cpp). ggml_expf: its vector exp, for x <= 0.
 float ggml_expf(float x);
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
                int Dh, int p0, float scale, float* scratch);
+size_t attention_scratch_floats(int R, int Dh, int N);  // Dh + N
 
 }  // namespace ref
 }  // namespace kq

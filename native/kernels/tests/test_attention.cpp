@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 #include "ref/ref.h"
 
 using namespace mb;
@@ -71,12 +71,18 @@ static Inputs make_inputs(const Case& c) {
 }
 
 // Runs positions [i0, i0 + m) of the inputs' run through fn; out rows land at their place in out.
-static void run_part(AttnFn fn, const Inputs& in, int i0, int m, std::vector<float>& out) {
-  std::vector<float> scratch(attn_scratch_floats(m * in.G, in.Dh, in.p0 + i0 + m), NAN);
-  fn(in.q.data() + (size_t)i0 * in.ldq, in.ldq, in.k.data(), in.v.data(), out.data() + (size_t)i0 * in.ldq, in.ldq, m,
+struct Attn {
+  AttnFn fn;
+  AttnScratchFn scratch_floats;
+};
+static Attn of(const KernelTable& kt) { return {kt.attention, kt.attention_scratch}; }
+
+static void run_part(const Attn& a, const Inputs& in, int i0, int m, std::vector<float>& out) {
+  std::vector<float> scratch(a.scratch_floats(m * in.G, in.Dh, in.p0 + i0 + m), NAN);
+  a.fn(in.q.data() + (size_t)i0 * in.ldq, in.ldq, in.k.data(), in.v.data(), out.data() + (size_t)i0 * in.ldq, in.ldq, m,
      in.G, in.Dh, in.p0 + i0, 1.0f / std::sqrt((float)in.Dh), scratch.data());
 }
-static std::vector<float> run_all(AttnFn fn, const Inputs& in) {
+static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
   std::vector<float> out((size_t)in.n * in.ldq, -7.0f);  // the gaps between rows must stay untouched
   run_part(fn, in, 0, in.n, out);
   return out;
@@ -167,36 +173,36 @@ int main() {
     // noise of the scores (~3e-6 relative at |s| ~ 30) where they do not change their f16 value.
     const double tol = 2e-5;
     bool gaps;
-    const std::vector<float> r = run_all(ref::attention, in);
+    const std::vector<float> r = run_all(of(ref_table()), in);
     const double er = max_err(in, r, want, &slack, &gaps);
     worst_ref = std::fmax(worst_ref, er);
     CHECK(er <= tol && gaps, "ref vs exact %s: max err beyond slack %.3g (gaps %s)", what.c_str(), er,
           gaps ? "ok" : "written");
     if (!fast) continue;
 
-    const std::vector<float> a = run_all(fast->attention, in);
+    const std::vector<float> a = run_all(of(*fast), in);
     CHECK(std::memcmp(a.data(), r.data(), a.size() * 4) == 0, "avx2 %s: not bit-identical to ref (max diff %.3g)",
           what.c_str(), max_err(in, a, widen(r), nullptr, &gaps));
 
     // each position alone, as a decode step would compute it
     std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
-    for (int i = 0; i < in.n; i++) run_part(fast->attention, in, i, 1, alone);
+    for (int i = 0; i < in.n; i++) run_part(of(*fast), in, i, 1, alone);
     CHECK(std::memcmp(alone.data(), a.data(), a.size() * 4) == 0, "avx2 %s: positions alone differ from the run", what.c_str());
     // the run cut in two (prefill chunks end anywhere)
     if (in.n > 1) {
       const int cut = 1 + (int)(rng() % (unsigned)(in.n - 1));
       std::vector<float> two((size_t)in.n * in.ldq, -7.0f);
-      run_part(fast->attention, in, 0, cut, two);
-      run_part(fast->attention, in, cut, in.n - cut, two);
+      run_part(of(*fast), in, 0, cut, two);
+      run_part(of(*fast), in, cut, in.n - cut, two);
       CHECK(std::memcmp(two.data(), a.data(), a.size() * 4) == 0, "avx2 %s: run cut at %d differs", what.c_str(), cut);
     }
   }
   // the reference is row by row, so it is batch independent by construction; check it once anyway
   {
     const Inputs in = make_inputs({64, 3, 70, 20, 1.0f});
-    const std::vector<float> all = run_all(ref::attention, in);
+    const std::vector<float> all = run_all(of(ref_table()), in);
     std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
-    for (int i = 0; i < in.n; i++) run_part(ref::attention, in, i, 1, alone);
+    for (int i = 0; i < in.n; i++) run_part(of(ref_table()), in, i, 1, alone);
     CHECK(std::memcmp(alone.data(), all.data(), all.size() * 4) == 0, "ref: positions alone differ from the run");
   }
   // the public entry point routes to the picked table

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
+#include "dispatch.h"
 #include "ref/ref.h"
 #include "util/threadpool.h"
 
@@ -502,7 +502,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("SKIPPED: no AVX2/FMA/F16C kernels on this build or CPU\n");
   }
-  if (const KernelTable* v = vnni_table()) {
+  if (const KernelTable* v = avx512_table()) {
     test_fast_vs_ref(*v);
     test_matmul(*v, &p1, &p2);
     test_matmul_big(*v);

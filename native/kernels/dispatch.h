@@ -1,0 +1,66 @@
+// The kernel table: one complete set of kernels per instruction set, all with the signatures of
+// the scalar references in ref/. dispatch.cpp fills each table from the functions its set
+// exports (avx2/avx2.h, avx512/avx512.h) and picks one from what the CPU reports. Private to
+// kernels/ (tests and benchmarks compare tables through it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "blocks.h"
+
+namespace mb {
+namespace kq {
+
+// Quantize one row of k floats (k a multiple of the block size) to the given partner type.
+using QuantizeFn = void (*)(const float* x, void* y, int64_t k);
+// Dot of one weight row with one partner-typed activation row, k elements.
+using DotFn = float (*)(int64_t k, const void* w, const void* x);
+// Register-tiled dot: y[t*ldy + r] = dot(w row r, x row t) for r < nr, t < nt, with nr <= 4 and
+// nt <= 4; weight rows are w_stride bytes apart, activation rows x_stride apart. Exists so a
+// block of weights is unpacked once and used for several tokens.
+using TileFn = void (*)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* x,
+                        size_t x_stride, int nt, float* y, size_t ldy);
+// Causal attention of a run of query positions against one KV head (see mb::attention).
+using AttnFn = void (*)(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
+                        int n, int G, int Dh, int p0, float scale, float* scratch);
+// Floats of scratch that AttnFn needs for R = n * G query rows over N keys.
+using AttnScratchFn = size_t (*)(int R, int Dh, int N);
+
+// Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q4_K, Q6_K): pack lays out nt <= 8 partner-typed activation rows (x_stride bytes
+// apart) in packed_bytes(k) bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt
+// tokens, with the same bits as the table's tile/dot for every pair. Its scalar reference is
+// ref/'s dot for the type.
+struct Gemm8 {
+  size_t (*packed_bytes)(int64_t k);
+  void (*pack)(const uint8_t* xq, size_t x_stride, int nt, int64_t k, uint8_t* packed);
+  void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
+              size_t ldy);
+};
+
+struct KernelTable {
+  const char* name;
+  QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_K, to_f16, to_bf16;
+  DotFn dot[S_COUNT];
+  TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
+  Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
+  void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
+  void (*softmax)(float* x, int n);
+  void (*silu_mul)(float* gate, const float* up, int n);
+  AttnFn attention;
+  AttnScratchFn attention_scratch;
+};
+
+const KernelTable& ref_table();
+const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
+const KernelTable* avx512_table();  // nullptr if not compiled in or the CPU lacks AVX-512 VNNI (+F/BW/DQ/VL)
+const KernelTable& active_table();  // the one picked (MB_KERNELS=ref|avx2 forces one)
+
+// The GEMM driver with an explicit table.
+void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
+                 MatmulScratch* scratch = nullptr);
+// Quantize x[k] to W's partner type with the given table; returns bytes written per row.
+size_t quantize_row_for(const KernelTable& kt, GgmlType wtype, const float* x, void* y, int64_t k);
+
+}  // namespace kq
+}  // namespace mb
