@@ -2,7 +2,7 @@
 // check, then "N passed, N failed". Exit 0 when nothing failed, 1 when something did, 2 when the
 // run could not start (bad arguments, schemathesis missing).
 import { parseArgs } from "node:util";
-import { ConformanceSetupError, runConformance, type ConformanceOptions } from "./conformance.js";
+import { ConformanceSetupError, PHASES, runConformance, type ConformanceOptions } from "./conformance.js";
 
 /** The command's line in mashbox --help. */
 export const CONFORMANCE_COMMAND = `  mashbox conformance BASE_URL [options]
@@ -15,6 +15,8 @@ export const CONFORMANCE_OPTIONS = `conformance options:
                        it is refused with 401.
   --examples N         Generated cases per operation and phase (default 10).
   --seed N             Hypothesis seed (default 1; fixed so that a failure reproduces).
+  --phases LIST        schemathesis phases, comma-separated (default examples,coverage,fuzzing;
+                       examples alone is a quick smoke check).
   --operation ID       Only this operation id (repeatable; default all).
   --spec FILE          The contract to check against (default: this package's openapi.json).
   --report-dir DIR     Keep schemathesis's output and junit report here (default: a temp folder).
@@ -38,6 +40,7 @@ export function parseConformanceArgs(args: string[]): ConformanceOptions {
       "api-key": { type: "string" },
       examples: { type: "string" },
       seed: { type: "string" },
+      phases: { type: "string" },
       operation: { type: "string", multiple: true },
       spec: { type: "string" },
       "report-dir": { type: "string" },
@@ -45,12 +48,15 @@ export function parseConformanceArgs(args: string[]): ConformanceOptions {
       "request-timeout": { type: "string" },
     },
   });
+  const phases = values.phases?.split(",").map((p) => p.trim());
+  for (const p of phases ?? []) if (!(PHASES as readonly string[]).includes(p)) throw new ConformanceSetupError(`--phases takes ${PHASES.join(", ")}; got '${p}'`);
   if (positionals.length !== 1) throw new ConformanceSetupError(`conformance takes one BASE_URL (e.g. http://127.0.0.1:8000), got ${positionals.length}`);
   return {
     base_url: positionals[0],
     api_key: values["api-key"],
     max_examples: wholeNumber("examples", values.examples, 10, 1),
     seed: wholeNumber("seed", values.seed, 1, 0),
+    phases,
     operations: values.operation,
     spec_path: values.spec,
     report_dir: values["report-dir"],

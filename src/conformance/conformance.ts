@@ -23,6 +23,9 @@ type Json = Record<string, any>;
 /** The schemathesis checks of contract-tests/run.sh, in the order schemathesis reports them. */
 export const SCHEMATHESIS_CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance"] as const;
 
+export const PHASES = ["examples", "coverage", "fuzzing"] as const;
+const DEFAULT_PHASES: readonly string[] = PHASES;
+
 /** schemathesis failure codes (`st explain STnnn`) → the check of ours that raised them. */
 const CHECK_OF_CODE: Record<string, string> = {
   ST101: "not_a_server_error",
@@ -55,6 +58,8 @@ export interface ConformanceOptions {
   /** schemathesis --max-examples: cases per operation and phase. */
   max_examples: number;
   seed: number;
+  /** schemathesis phases (default examples, coverage and fuzzing; stateful needs links the contract has none of). */
+  phases?: string[];
   /** Only these operation ids (default: every operation of the contract). */
   operations?: string[];
   /** The contract (default: this package's openapi.json). */
@@ -151,7 +156,7 @@ async function schemathesis(opts: ConformanceOptions, base: string, specPath: st
     "run", specPath,
     "--url", base,
     "--checks", SCHEMATHESIS_CHECKS.join(","),
-    "--phases", "examples,coverage,fuzzing",
+    "--phases", (opts.phases ?? DEFAULT_PHASES).join(","),
     "--mode", "all",
     // No --max-time: schemathesis would spend all of it fuzzing again and again; the timeout below is only a guard.
     "--max-examples", String(opts.max_examples),
