@@ -3,6 +3,7 @@
 // events that pile up while JS is busy are delivered together in one call.
 #include <napi.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,10 @@ struct LoadOptions {
   int n_slots = 1;
   int n_threads = 1;
   int max_batch = 512;
+  // Host prompt cache (engine/prompt_cache.h): bytes (0 = off), backing file, namespace.
+  double cache_bytes = 0;
+  std::string cache_path;
+  std::string cache_namespace;
 };
 
 // Everything a loaded model owns, in destruction order (scheduler first: it uses the rest).
@@ -32,6 +37,8 @@ struct Loaded {
   std::unique_ptr<mb::Model> model;          // moved into the scheduler once it starts
   mb::ModelConfig config;
   size_t kv_bytes = 0;
+  size_t kv_token_bytes = 0;
+  std::string kv_type;
   int64_t n_params = 0;
   size_t tensor_bytes = 0;
   std::unique_ptr<mb::Scheduler> sched;
@@ -106,13 +113,21 @@ class Engine : public Napi::ObjectWrap<Engine> {
   explicit Engine(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Engine>(info) {}
   ~Engine() override { shutdown(); }
 
-  void on_loaded(Napi::Env env, std::unique_ptr<Loaded> l, Napi::Function on_events, int max_batch, int n_slots, int n_ctx) {
+  void on_loaded(Napi::Env env, std::unique_ptr<Loaded> l, Napi::Function on_events, const LoadOptions& lo) {
+    const int max_batch = lo.max_batch, n_slots = lo.n_slots, n_ctx = lo.n_ctx;
     loaded_ = std::move(l);
     queue_ = std::make_shared<EventQueue>();
     tsfn_ = Napi::ThreadSafeFunction::New(env, on_events, "mashbox_events", 0, 1);
     auto queue = queue_;
     auto tsfn = tsfn_;
-    mb::SchedulerOptions so{n_slots, n_ctx, max_batch};
+    mb::SchedulerOptions so;
+    so.n_slots = n_slots;
+    so.n_ctx = n_ctx;
+    so.max_batch = max_batch;
+    so.cache_bytes = uint64_t(lo.cache_bytes);
+    so.cache_path = lo.cache_path;
+    // The caller names the model, tokenizer and template; the K/V type is the model's to say.
+    so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type;
     loaded_->sched = std::make_unique<mb::Scheduler>(
         std::move(loaded_->model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
           std::lock_guard<std::mutex> lk(queue->mu);
@@ -174,6 +189,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     // Bits per weight the way llama.cpp reports it: tensor bytes over parameter count.
     o.Set("bpw", loaded_->n_params ? 8.0 * double(loaded_->tensor_bytes) / double(loaded_->n_params) : 0.0);
     o.Set("kv_bytes", double(loaded_->kv_bytes));
+    o.Set("kv_token_bytes", double(loaded_->kv_token_bytes));
     return o;
   }
 
@@ -255,6 +271,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
       r.scripted = true;
       r.script = read_ids(o.Get("script"));
     }
+    r.state_point = int(num(o, "state_point", 0));
     loaded_->sched->submit(std::move(r));
     return env.Undefined();
   }
@@ -279,6 +296,17 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("prefix_hit_tokens", double(st.prefix_hit_tokens));
     o.Set("prefix_lookup_tokens", double(st.prefix_lookup_tokens));
     o.Set("steps", double(st.steps));
+    const auto& hc = st.host_cache;
+    o.Set("host_cache_bytes", double(hc.bytes));
+    o.Set("host_cache_cap_bytes", double(hc.cap_bytes));
+    o.Set("host_cache_tokens", double(hc.tokens));
+    o.Set("host_cache_evictions", double(hc.evictions));
+    o.Set("host_cache_rejected", double(hc.rejected));
+    o.Set("host_cache_saved_tokens", double(hc.saved_tokens));
+    o.Set("host_cache_restored_tokens", double(hc.restored_tokens));
+    o.Set("host_cache_persistent", hc.persistent);
+    const std::string ns = loaded_->sched->cache_namespace();
+    o.Set("cache_namespace", ns.empty() ? env.Null() : Napi::String::New(env, ns));
     return o;
   }
 
@@ -322,6 +350,8 @@ class LoadWorker : public Napi::AsyncWorker {
       l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch);
       l->config = l->model->config();
       l->kv_bytes = l->model->kv_bytes();
+      l->kv_token_bytes = l->model->kv_token_bytes();
+      l->kv_type = l->model->kv_type();
       for (const auto& t : l->file->tensors()) {
         l->n_params += t.n_elements();
         l->tensor_bytes += t.n_bytes;
@@ -335,7 +365,7 @@ class LoadWorker : public Napi::AsyncWorker {
     auto env = Env();
     engine_->loading_ = false;
     try {
-      engine_->on_loaded(env, std::move(loaded_), on_events_.Value(), opts_.max_batch, opts_.n_slots, opts_.n_ctx);
+      engine_->on_loaded(env, std::move(loaded_), on_events_.Value(), opts_);
     } catch (const std::exception& e) {
       deferred_.Reject(Napi::Error::New(env, e.what()).Value());
       return;
@@ -356,7 +386,8 @@ class LoadWorker : public Napi::AsyncWorker {
   std::unique_ptr<Loaded> loaded_;
 };
 
-// load({model_path, n_ctx, n_slots, n_threads, max_batch}, on_events) -> Promise<info>
+// load({model_path, n_ctx, n_slots, n_threads, max_batch, cache_ram_mib?, cache_path?,
+//       cache_namespace?}, on_events) -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
   if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
@@ -368,6 +399,9 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   lo.n_slots = int(num(o, "n_slots", 1));
   lo.n_threads = int(num(o, "n_threads", 1));
   lo.max_batch = int(num(o, "max_batch", 512));
+  lo.cache_bytes = std::max(0.0, num(o, "cache_ram_mib", 0)) * 1048576.0;
+  if (o.Get("cache_path").IsString()) lo.cache_path = o.Get("cache_path").As<Napi::String>().Utf8Value();
+  if (o.Get("cache_namespace").IsString()) lo.cache_namespace = o.Get("cache_namespace").As<Napi::String>().Utf8Value();
   if (lo.n_ctx < 1 || lo.n_slots < 1 || lo.n_threads < 1 || lo.max_batch < 1)
     throw Napi::RangeError::New(env, "load: n_ctx, n_slots, n_threads and max_batch must be >= 1");
   loading_ = true;

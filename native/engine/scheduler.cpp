@@ -1,6 +1,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "../model/model.h"
@@ -16,6 +17,7 @@ struct Scheduler::Seq {
   Clock::time_point t_submit, t_admit, t_first, t_last;
   int slot = -1;
   size_t prompt_done = 0;     // prompt tokens whose K/V is in the slot
+  bool state_point_saved = false;
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
   int n_gen = 0;
   size_t script_pos = 0;
@@ -42,6 +44,16 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
   logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
+  if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
+    try {
+      cache_ = std::make_unique<PromptCache>(opts_.cache_path, opts_.cache_bytes, model_->kv_token_bytes(), opts_.cache_namespace);
+      if (!cache_->enabled()) cache_.reset();  // the cap holds less than one block
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mashbox: host prompt cache off: %s\n", e.what());
+      cache_.reset();
+    }
+  }
+  if (cache_) stats_.host_cache = cache_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -92,6 +104,7 @@ void Scheduler::publish_stats() {
   st.prefix_hit_tokens = prefix_hit_tokens_;
   st.prefix_lookup_tokens = prefix_lookup_tokens_;
   st.steps = steps_;
+  if (cache_) st.host_cache = cache_->stats();
   std::lock_guard<std::mutex> lk(mu_);
   st.waiting = int(waiting_.size() + incoming_.size());
   stats_ = st;
@@ -194,15 +207,37 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
       if (l > donor_lcp) { donor = i; donor_lcp = l; }
     }
     // The last prompt token is always evaluated again: its logits are the first sample.
+    const size_t max_reuse = prompt.size() - 1;
     Slot& sl = slots_[best];
+    // Whatever path is taken, the slot keeps at most its shared prefix: save the rest first.
+    if (cache_ && sl.cached.size() > std::min(best_lcp, max_reuse)) save_to_host(best, sl.cached.size());
+    PromptCache::Match host;
+    if (cache_) host = cache_->lookup(prompt.data(), prompt.size());
     size_t reuse;
-    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens) {
-      reuse = std::min(donor_lcp, prompt.size() - 1);
+    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens && donor_lcp >= host.n) {
+      reuse = std::min(donor_lcp, max_reuse);
       model_->kv_truncate(best, 0);
       model_->kv_copy(donor, best, int(reuse));
       sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
+    } else if (host.n >= best_lcp + kMinCopyTokens) {
+      // Restore from host memory on top of what the slot already shares with the prompt.
+      const size_t keep = std::min(best_lcp, max_reuse);
+      model_->kv_truncate(best, int(keep));
+      sl.cached.resize(keep);
+      size_t end = keep;
+      try {
+        end = cache_->restore(host, keep, std::min(host.n, max_reuse), [&](size_t pos, size_t n, const uint8_t* bytes) {
+          model_->kv_write(best, int(pos), int(n), bytes);
+        });
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mashbox: host prompt cache restore failed: %s\n", e.what());
+        end = keep;
+        model_->kv_truncate(best, int(keep));
+      }
+      reuse = end;
+      sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
     } else {
-      reuse = std::min(best_lcp, prompt.size() - 1);
+      reuse = std::min(best_lcp, max_reuse);
       if (sl.cached.size() > reuse) {
         model_->kv_truncate(best, int(reuse));
         sl.cached.resize(reuse);
@@ -214,6 +249,7 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     s->slot = best;
     s->prompt_done = reuse;
     s->cached_tokens = int(reuse);
+    s->state_point_saved = s->req.state_point <= 0 || size_t(s->req.state_point) > prompt.size();
     s->t_admit = now;
     const size_t w = size_t(std::max(0, s->req.sampling.penalty_last_n));
     for (size_t i = prompt.size() > w ? prompt.size() - w : 0; i < prompt.size(); i++) s->sampler.accept(prompt[i]);
@@ -263,6 +299,16 @@ void Scheduler::fail(Seq& s, const std::string& message, std::vector<EngineEvent
   s.done = true;
   if (s.slot >= 0) slots_[s.slot].seq = nullptr;  // the K/V written so far is still valid
   s.slot = -1;
+}
+
+void Scheduler::save_to_host(int slot, size_t n) {
+  const auto& c = slots_[slot].cached;
+  n = std::min(n, c.size());
+  try {
+    cache_->save(c.data(), n, [&](size_t pos, size_t count, uint8_t* dst) { model_->kv_read(slot, int(pos), int(count), dst); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mashbox: host prompt cache save failed: %s\n", e.what());
+  }
 }
 
 const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
@@ -339,6 +385,14 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     return;
   }
   steps_++;
+  // State points whose prefill is complete go to the host cache now: the slot may be serving
+  // someone else by the time a new session of this client arrives.
+  if (cache_)
+    for (auto& s : running_)
+      if (!s->state_point_saved && s->prompt_done >= size_t(s->req.state_point)) {
+        s->state_point_saved = true;
+        save_to_host(s->slot, size_t(s->req.state_point));
+      }
   const auto now = Clock::now();
   for (size_t r = 0; r < row_seq.size(); r++) {
     Seq& s = *row_seq[r];

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "grammar.h"
+#include "prompt_cache.h"
 #include "sampler.h"
 
 namespace mb {
@@ -34,6 +35,10 @@ struct EngineRequest {
   // GBNF-style grammar (grammar.h) the output must match; empty = unconstrained. A grammar that
   // does not compile ends the request with an Error event. Ignored for scripted requests.
   std::string grammar;
+  // State point: prompt[0, state_point) is what a new conversation of the same client would share
+  // (its system prompt and tools). Saved to the host cache once prefilled, so a new session
+  // restores it even while this slot serves someone else. 0 = none.
+  int state_point = 0;
 };
 
 struct EngineEvent {
@@ -67,12 +72,18 @@ struct SchedulerStats {
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_lookup_tokens = 0;
   int64_t steps = 0;
+  PromptCacheStats host_cache;     // all zero when the host cache is off
 };
 
 struct SchedulerOptions {
   int n_slots = 1;
   int n_ctx = 2048;
   int max_batch = 512;             // B
+  // Host prompt cache (prompt_cache.h): 0 bytes = off. The file lets a restarted worker find
+  // it again ("" = private memory); the namespace says what its states are valid for.
+  uint64_t cache_bytes = 0;
+  std::string cache_path;
+  std::string cache_namespace;
 };
 
 class Scheduler {
@@ -87,6 +98,8 @@ class Scheduler {
   void submit(EngineRequest req);
   void cancel(uint64_t id);          // unknown or finished ids are ignored
   SchedulerStats stats() const;
+  // Hex id of the host cache's namespace ("" when it is off).
+  std::string cache_namespace() const { return cache_ ? cache_->namespace_id() : std::string(); }
   Model& model() { return *model_; }
   void stop();
 
@@ -103,6 +116,7 @@ class Scheduler {
   void finish(Seq& s, const char* reason, std::vector<EngineEvent>& out);
   void fail(Seq& s, const std::string& message, std::vector<EngineEvent>& out);
   const std::shared_ptr<const TokenTrie>& trie();
+  void save_to_host(int slot, size_t n);  // slot's K/V for its first n cached tokens
   void publish_stats();
 
   std::unique_ptr<Model> model_;
@@ -124,6 +138,7 @@ class Scheduler {
   std::vector<Slot> slots_;                     // [S]
   std::vector<float> logits_;                   // [S, V] (at most one wanted row per sequence)
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
+  std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off
   int64_t prefix_lookups_ = 0, prefix_hit_tokens_ = 0, prefix_lookup_tokens_ = 0, steps_ = 0;
   std::thread thread_;
 };

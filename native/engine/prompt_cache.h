@@ -1,0 +1,124 @@
+// Host-memory prompt cache: the K/V of prompt prefixes, kept after the slot that computed them
+// moves on, so a returning conversation (or a new one that starts with the same system prompt and
+// tools) restores its state instead of prefilling it again.
+//
+// Storage: one file mapped shared (the server puts it in /dev/shm), cut into M blocks of at most N
+// tokens. A block holds the K/V of positions [pos, pos + n) of one prompt and names the block
+// before it (its parent) by key, so blocks form a trie over token chunks: prompts that share a
+// prefix share its blocks, and each copy is stored and counted once. Only full blocks have
+// children; a partial block (a prompt's tail, or a state point) is a leaf, dropped when a full
+// block that begins with the same tokens arrives.
+//
+// Validity: a block carries the namespace hash (what the K/V is valid for: model, tokenizer,
+// template, KV layout and type, cache policy) and a checksum over its tokens and K/V bytes. A
+// process mapping an existing file (a restarted worker) keeps only blocks of its own namespace
+// whose header checks out, and a restore checks the data checksum before a byte reaches a slot.
+//
+// Eviction: least recently used first. A lookup or save touches a whole path with one stamp, so a
+// parent is never older than its children; among equally old blocks the deepest goes first, which
+// makes the victim a leaf and keeps every held block reachable from the root.
+//
+// Not thread-safe: the scheduler thread is its only user.
+//
+// Dimension legend: N tokens per block (kBlockTokens), Bt bytes of K/V per token
+// (Model::kv_token_bytes), M blocks in the file (cap / block stride).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace mb {
+
+struct PromptCacheStats {
+  int64_t bytes = 0;           // blocks held x block stride (header + K/V), each block once
+  int64_t cap_bytes = 0;       // most bytes the cache may use (0 = off)
+  int64_t blocks = 0;
+  int64_t tokens = 0;          // tokens the held blocks cover (each block once)
+  int64_t evictions = 0;       // blocks removed to stay under the cap
+  int64_t rejected = 0;        // blocks dropped for a bad checksum or header
+  int64_t saved_tokens = 0;    // tokens copied in from slots
+  int64_t restored_tokens = 0; // tokens copied out into slots
+  bool persistent = false;     // backed by a file another process can map
+};
+
+class PromptCache {
+ public:
+  static constexpr uint32_t kBlockTokens = 64;  // N
+
+  // `path` empty = private anonymous memory (nothing survives the process). A file another live
+  // process holds (flock) is not shared: the cache falls back to private memory. `ns` is the
+  // namespace string; the layout (Bt, N, format) is mixed into its hash here.
+  PromptCache(const std::string& path, uint64_t cap_bytes, size_t token_bytes, const std::string& ns);
+  ~PromptCache();
+  PromptCache(const PromptCache&) = delete;
+  PromptCache& operator=(const PromptCache&) = delete;
+
+  bool enabled() const { return n_blocks_ > 0; }
+  // Longest prefix of tokens[0, n) the cache holds (touches its blocks).
+  struct Match {
+    size_t n = 0;                  // tokens matched
+    std::vector<uint32_t> blocks;  // the path, in position order
+  };
+  Match lookup(const int32_t* tokens, size_t n);
+  // Copies positions [from, upto) of a match out through write(pos, count, bytes [count][Bt]),
+  // checking each block's checksum first. Returns the end actually restored (a bad block stops
+  // it there and is dropped with what hangs below it).
+  using Writer = std::function<void(size_t pos, size_t count, const uint8_t* bytes)>;
+  size_t restore(const Match& m, size_t from, size_t upto, const Writer& write);
+  // Saves tokens[0, n): blocks already held are touched; missing ones are filled through
+  // read(pos, count, dst [count][Bt]). Evicts older blocks to make room; stops early (keeping
+  // what it saved) when only the path being saved is left to evict.
+  using Reader = std::function<void(size_t pos, size_t count, uint8_t* dst)>;
+  void save(const int32_t* tokens, size_t n, const Reader& read);
+
+  PromptCacheStats stats() const;
+  // Hex id of the namespace (with the layout mixed in), as Health reports it.
+  const std::string& namespace_id() const { return ns_id_; }
+
+ private:
+  struct Header;  // in the file, one per block
+  struct Meta {
+    bool used = false;
+    uint64_t key = 0, parent = 0;
+    uint32_t pos = 0, n = 0;
+    uint64_t stamp = 0;
+  };
+  Header* header(uint32_t i) const;
+  uint8_t* data(uint32_t i) const;
+  uint64_t block_checksum(uint32_t i) const;
+  uint64_t header_checksum(const Header& h) const;
+  void open_file(const std::string& path, size_t file_bytes);
+  void rebuild();
+  void link(uint32_t i);
+  void free_block(uint32_t i, bool eviction);  // and every block below it
+  int64_t alloc(uint64_t protect_stamp);       // -1 = nothing left to evict
+  void touch(uint32_t i, uint64_t stamp);
+
+  size_t Bt_;
+  uint64_t cap_bytes_;
+  uint64_t ns_hash_ = 0;
+  std::string ns_id_;
+  uint32_t n_blocks_ = 0;        // M
+  size_t block_data_bytes_ = 0;  // N * Bt
+  size_t header_bytes_ = 0;
+  size_t stride_ = 0;            // header + data: what one held block costs
+  uint8_t* base_ = nullptr;
+  size_t map_bytes_ = 0;
+  int fd_ = -1;
+  bool persistent_ = false;
+
+  std::vector<Meta> meta_;                                          // [M]
+  std::vector<uint32_t> free_;                                      // free block ids
+  std::unordered_map<uint64_t, std::vector<uint32_t>> children_;    // parent key -> blocks
+  uint64_t clock_ = 0;
+  int64_t held_ = 0, held_tokens_ = 0, evictions_ = 0, rejected_ = 0, saved_tokens_ = 0, restored_tokens_ = 0;
+};
+
+// 64-bit hashes used for keys, namespaces and checksums (not cryptographic: they catch torn or
+// stale blocks, not an attacker who can write the file).
+uint64_t hash_bytes(const void* p, size_t n, uint64_t seed);
+
+}  // namespace mb

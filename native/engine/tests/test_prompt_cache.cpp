@@ -1,0 +1,257 @@
+// The host prompt cache's store on its own: prefix sharing (each copy once), lookups that end
+// inside a block, state points replaced by the full block, LRU under the cap, the namespace,
+// persistence through the file, and checksums that refuse a corrupted block.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../prompt_cache.h"
+#include "check.h"
+
+using namespace mb;
+
+static constexpr size_t kBt = 24;  // bytes of "K/V" per token
+static constexpr uint32_t N = PromptCache::kBlockTokens;
+
+// What a model would hold for token t at position p: depends on both, so a restore into the wrong
+// place or from the wrong prompt shows.
+static uint8_t kv_byte(int32_t t, size_t p, size_t j) {
+  uint64_t h = (uint64_t(uint32_t(t)) << 32 | p) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return uint8_t((h >> (8 * (j % 8))) + j);
+}
+
+struct FakeSlot {
+  std::vector<int32_t> tokens;
+  PromptCache::Reader reader() const {
+    return [this](size_t pos, size_t count, uint8_t* dst) {
+      for (size_t i = 0; i < count; i++)
+        for (size_t j = 0; j < kBt; j++) *dst++ = kv_byte(tokens[pos + i], pos + i, j);
+    };
+  }
+};
+
+static std::vector<int32_t> seq(int32_t seed, size_t n) {
+  std::vector<int32_t> v(n);
+  uint32_t x = uint32_t(seed) * 2654435761u + 1;
+  for (auto& t : v) {
+    x = x * 1664525u + 1013904223u;
+    t = int32_t(x >> 16) % 5000;
+  }
+  return v;
+}
+
+static void save(PromptCache& c, const std::vector<int32_t>& p, size_t n) {
+  FakeSlot s{p};
+  c.save(p.data(), n, s.reader());
+}
+
+// Restores [from, upto) of prompt p and checks every byte; returns the end restored.
+static size_t restore_checked(PromptCache& c, const std::vector<int32_t>& p, size_t from, size_t upto, bool* bytes_ok) {
+  auto m = c.lookup(p.data(), p.size());
+  size_t expect_next = from;
+  *bytes_ok = true;
+  const size_t end = c.restore(m, from, upto, [&](size_t pos, size_t count, const uint8_t* b) {
+    if (pos != expect_next) *bytes_ok = false;
+    for (size_t i = 0; i < count; i++)
+      for (size_t j = 0; j < kBt; j++)
+        if (b[i * kBt + j] != kv_byte(p[pos + i], pos + i, j)) *bytes_ok = false;
+    expect_next = pos + count;
+  });
+  return end;
+}
+
+static uint64_t cap_for_blocks(size_t blocks) {
+  // header (a few hundred bytes) + data per block, plus the file's two pages of alignment
+  return uint64_t(blocks) * (N * kBt + 64 + N * 4) + 2 * 4096;
+}
+
+static void test_sharing_and_partial_matches() {
+  PromptCache c("", 64ull << 20, kBt, "ns-a");
+  CHECK(c.enabled());
+  auto a = seq(1, 200);
+  save(c, a, a.size());
+  auto st = c.stats();
+  CHECK_EQ(st.tokens, int64_t(200));
+  CHECK_EQ(st.blocks, int64_t(4));  // 3 full + the 8-token tail
+  bool ok = false;
+  CHECK_EQ(restore_checked(c, a, 0, a.size(), &ok), size_t(200));
+  CHECK(ok);
+
+  // b shares a's first 150 tokens: the two full blocks before the split are stored once.
+  auto b = a;
+  b.resize(250);
+  auto tail = seq(2, 100);
+  for (size_t i = 150; i < 250; i++) b[i] = tail[i - 150];
+  save(c, b, b.size());
+  st = c.stats();
+  CHECK_EQ(st.blocks, int64_t(6));
+  CHECK_EQ(st.tokens, int64_t(200 + 64 + 58));
+  CHECK_EQ(st.bytes, st.blocks * int64_t(64 + N * 4 + N * kBt));
+
+  // A prompt that leaves both after 170 tokens matches into the middle of a block.
+  auto q = b;
+  q.resize(180);
+  q[170] = 4999;
+  auto m = c.lookup(q.data(), q.size());
+  CHECK_EQ(m.n, size_t(170));
+  CHECK_EQ(restore_checked(c, q, 0, 170, &ok), size_t(170));
+  CHECK(ok);
+  // A restore may start where the slot's own prefix ends.
+  CHECK_EQ(restore_checked(c, q, 100, 170, &ok), size_t(170));
+  CHECK(ok);
+
+  // Nothing in common: nothing matched.
+  auto z = seq(3, 100);
+  CHECK_EQ(c.lookup(z.data(), z.size()).n, size_t(0));
+}
+
+static void test_state_point_replaced_by_full_block() {
+  PromptCache c("", 64ull << 20, kBt, "ns-a");
+  auto p = seq(4, 300);
+  save(c, p, 100);  // a state point: one full block and a 36-token leaf
+  CHECK_EQ(c.stats().blocks, int64_t(2));
+  CHECK_EQ(c.lookup(p.data(), p.size()).n, size_t(100));
+  save(c, p, 300);  // the whole prompt later: the leaf is covered by a full block and goes
+  auto st = c.stats();
+  CHECK_EQ(st.blocks, int64_t(5));
+  CHECK_EQ(st.tokens, int64_t(300));
+  CHECK_EQ(st.evictions, int64_t(0));
+  // Saving the state point again finds it inside the full block: nothing new is stored.
+  save(c, p, 100);
+  CHECK_EQ(c.stats().blocks, int64_t(5));
+  CHECK_EQ(c.stats().saved_tokens, int64_t(100 + 236));
+}
+
+static void test_lru_under_cap() {
+  const uint64_t cap = cap_for_blocks(10);
+  PromptCache c("", cap, kBt, "ns-a");
+  CHECK(c.enabled());
+  auto sys = seq(5, 128);  // a shared system prompt: two full blocks
+  std::vector<std::vector<int32_t>> sessions;
+  for (int i = 0; i < 20; i++) {
+    auto p = sys;
+    auto own = seq(100 + i, 70);
+    p.insert(p.end(), own.begin(), own.end());
+    sessions.push_back(p);
+    save(c, p, p.size());
+    // the system prompt is in use by every session: it must survive
+    CHECK_EQ(c.lookup(sys.data(), sys.size()).n, size_t(128));
+    auto st = c.stats();
+    CHECK(st.bytes <= int64_t(cap));
+    CHECK(st.blocks <= 10);
+  }
+  auto st = c.stats();
+  CHECK(st.evictions > 0);
+  // Each session costs two blocks of its own (64 + 6 tokens) on top of the shared two.
+  CHECK_EQ(st.blocks, int64_t(10));
+  CHECK_EQ(c.lookup(sessions[19].data(), sessions[19].size()).n, sessions[19].size());
+  CHECK_EQ(c.lookup(sessions[0].data(), sessions[0].size()).n, size_t(128));
+  // A session touched recently outlives older ones.
+  c.lookup(sessions[16].data(), sessions[16].size());
+  for (int i = 0; i < 3; i++) {
+    auto p = sys;
+    auto own = seq(200 + i, 70);
+    p.insert(p.end(), own.begin(), own.end());
+    save(c, p, p.size());
+  }
+  CHECK_EQ(c.lookup(sessions[16].data(), sessions[16].size()).n, sessions[16].size());
+  CHECK_EQ(c.lookup(sessions[17].data(), sessions[17].size()).n, size_t(128));
+  // A prompt longer than the whole cache keeps what fits instead of evicting itself.
+  auto huge = seq(7, 64 * 15);
+  save(c, huge, huge.size());
+  CHECK(c.stats().bytes <= int64_t(cap));
+  CHECK(c.lookup(huge.data(), huge.size()).n >= size_t(64));
+}
+
+static std::string tmp_path(const char* tag) {
+  return "/tmp/mb_test_prompt_cache_" + std::string(tag) + "_" + std::to_string(getpid());
+}
+
+static void test_file_namespace_and_checksum() {
+  const std::string path = tmp_path("file");
+  unlink(path.c_str());
+  auto p = seq(8, 150);
+  {
+    PromptCache c(path, 16ull << 20, kBt, "model-a");
+    CHECK(c.stats().persistent);
+    save(c, p, p.size());
+    // A second process on the same file while the first holds it gets private memory.
+    PromptCache other(path, 16ull << 20, kBt, "model-a");
+    CHECK(!other.stats().persistent);
+    CHECK_EQ(other.lookup(p.data(), p.size()).n, size_t(0));
+  }
+  std::string ns_a;
+  {
+    PromptCache c(path, 16ull << 20, kBt, "model-a");  // a restarted worker
+    ns_a = c.namespace_id();
+    CHECK_EQ(c.stats().blocks, int64_t(3));
+    bool ok = false;
+    CHECK_EQ(restore_checked(c, p, 0, p.size(), &ok), size_t(150));
+    CHECK(ok);
+  }
+  {
+    PromptCache c(path, 16ull << 20, kBt, "model-b");  // another template / model: never restored
+    CHECK(c.namespace_id() != ns_a);
+    CHECK_EQ(c.stats().blocks, int64_t(0));
+    CHECK_EQ(c.lookup(p.data(), p.size()).n, size_t(0));
+  }
+  {
+    PromptCache c(path, 16ull << 20, kBt + 2, "model-a");  // another KV layout: the same
+    CHECK_EQ(c.lookup(p.data(), p.size()).n, size_t(0));
+  }
+  {
+    PromptCache c(path, 16ull << 20, kBt, "model-a");
+    save(c, p, p.size());
+  }
+  // Flip one byte of K/V in the second block: the restore stops before it.
+  {
+    int fd = open(path.c_str(), O_RDWR);
+    CHECK(fd >= 0);
+    // the data area starts on the page after the headers; find the second block's bytes by value
+    std::vector<uint8_t> want(kBt);
+    for (size_t j = 0; j < kBt; j++) want[j] = kv_byte(p[70], 70, j);
+    off_t size = lseek(fd, 0, SEEK_END);
+    std::vector<uint8_t> all(static_cast<size_t>(size));
+    CHECK_EQ(pread(fd, all.data(), all.size(), 0), ssize_t(size));
+    auto it = std::search(all.begin(), all.end(), want.begin(), want.end());
+    CHECK(it != all.end());
+    uint8_t x = uint8_t(*it ^ 0xff);
+    CHECK_EQ(pwrite(fd, &x, 1, off_t(it - all.begin())), ssize_t(1));
+    close(fd);
+  }
+  {
+    PromptCache c(path, 16ull << 20, kBt, "model-a");
+    bool ok = false;
+    CHECK_EQ(restore_checked(c, p, 0, p.size(), &ok), size_t(64));
+    CHECK(ok);
+    CHECK(c.stats().rejected >= 1);
+    CHECK_EQ(c.lookup(p.data(), p.size()).n, size_t(64));
+  }
+  unlink(path.c_str());
+}
+
+static void test_off() {
+  PromptCache none("", 0, kBt, "x");
+  CHECK(!none.enabled());
+  auto p = seq(9, 100);
+  save(none, p, p.size());
+  CHECK_EQ(none.lookup(p.data(), p.size()).n, size_t(0));
+  CHECK_EQ(none.stats().cap_bytes, int64_t(0));
+  PromptCache tiny("", 1000, kBt, "x");  // less than one block
+  CHECK(!tiny.enabled());
+}
+
+int main() {
+  test_sharing_and_partial_matches();
+  test_state_point_replaced_by_full_block();
+  test_lru_under_cap();
+  test_file_namespace_and_checksum();
+  test_off();
+  TEST_MAIN_END();
+}
