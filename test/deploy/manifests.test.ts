@@ -51,9 +51,9 @@ function hasGet(path: string): boolean {
 
 const subset = (small: Json, big: Json) => Object.entries(small).every(([k, v]) => big[k] === v);
 
-// The endpoint picker's flags in the release the manifest pins (v1.3.0; later releases reject
+// The endpoint picker's flags in the release the manifest pins (v1.3.x; later releases reject
 // the --*-metric flags in favour of engineConfigs in the EndpointPickerConfig).
-const EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.3.0";
+const EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.3.1";
 const EPP_FLAGS = new Set([
   "--grpc-port", "--ha-enable-leader-election", "--pool-group", "--pool-namespace", "--pool-name",
   "--endpoint-selector", "--endpoint-target-ports", "--model-server-metrics-scheme", "--model-server-metrics-path",
