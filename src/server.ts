@@ -20,6 +20,7 @@ import { renderError, requestValidationError, toApiError } from "./http/errors.j
 import { ContractRecorder } from "./http/contract.js";
 import { setServerInfo } from "./http/server-info.js";
 import { createResponseValidator, readOpenapiDocument } from "./contract/validator.js";
+import { addUnsupportedKeyword } from "./contract/unsupported.js";
 import { fillModelId } from "./contract/model-id.js";
 
 export interface AppOptions {
@@ -106,7 +107,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     definition: structuredClone(document) as never,
     validate: true,
     quick: true,
-    customizeAjv: (_ajv, ajvOpts) => new Ajv2020({ ...ajvOpts, strict: false, allErrors: true, validateFormats: false }) as never,
+    customizeAjv: (_ajv, ajvOpts) => addUnsupportedKeyword(new Ajv2020({ ...ajvOpts, strict: false, allErrors: true, validateFormats: false })) as never,
   });
   const call = (h: Handler) => (c: ApiContext, ctx: Koa.Context) => h(c, ctx, deps);
   api.register({

@@ -3,7 +3,7 @@ import type { Handler, AppDeps } from "./types.js";
 import type { components } from "../generated/types.js";
 import { serverInfo } from "../http/server-info.js";
 
-type Model = components["schemas"]["Model"];
+type Model = components["schemas"]["OpenAIModel"];
 
 /** The one served model, every documented field filled. */
 export function modelObject(deps: AppDeps): Model {

@@ -3,7 +3,7 @@ import type { AppDeps } from "../handlers/types.js";
 import type { components } from "../generated/types.js";
 import { serverInfo } from "./server-info.js";
 
-type Health = components["schemas"]["Health"];
+type Health = components["schemas"]["MashboxHealth"];
 
 export function isReady(deps: AppDeps): boolean {
   return deps.engine.state === "ready";

@@ -8,8 +8,8 @@ export type ChatMessage = S["ChatMessage"];
 export type ChatCompletion = S["ChatCompletion"];
 export type ChatCompletionChunk = S["ChatCompletionChunk"];
 export type ChatUsage = S["ChatUsage"];
-export type ChatTimings = S["ChatTimings"];
-export type StreamError = S["StreamError"];
+export type ChatTimings = S["MashboxTimings"];
+export type StreamError = S["OpenAIStreamError"];
 
 /** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
 export interface RequestContext {

@@ -6,9 +6,9 @@ import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
 import { commonGenerationFields } from "../shared/request.js";
 
-export type CompletionRequest = components["schemas"]["CompletionRequest"];
-export type Completion = components["schemas"]["Completion"];
-type StreamError = components["schemas"]["StreamError"];
+export type CompletionRequest = components["schemas"]["TextCompletionRequest"];
+export type Completion = components["schemas"]["TextCompletion"];
+type StreamError = components["schemas"]["OpenAIStreamError"];
 
 export interface RequestContext {
   id: string;
