@@ -11,6 +11,15 @@
 export const MODEL_ID_PLACEHOLDER = "x-mashbox-model-id";
 
 const ref = (name) => ({ $ref: `#/components/schemas/${name}` });
+
+/**
+ * A field typed as clients send it whose refused values are named by a vendor keyword, not by
+ * JSON Schema (docs/CONTRACT.md): SDK generators cannot type `type: null` or `enum: [false, null]`,
+ * and they ignore x- keys. The server's Ajv compiles the keyword (src/contract/unsupported.ts), so
+ * a request carrying a refused value still gets a 400 naming the field.
+ */
+export const UNSUPPORTED_KEYWORD = "x-mashbox-unsupported";
+const unsupportedValues = (schema, reason, values) => ({ ...schema, [UNSUPPORTED_KEYWORD]: { reason, values } });
 const nullable = (schema) => ({ ...schema, type: [schema.type, "null"] });
 const json = (schema) => ({ "application/json": { schema } });
 
@@ -59,6 +68,7 @@ const MAX_TOKENS = maxTokens("Most new tokens (>= 1).");
 const MAX_COMPLETION_TOKENS = maxTokens("Same as max_tokens (OpenAI's newer name); wins when both are set.");
 
 const NOT_SUPPORTED_LOGPROBS = "Not supported (log probabilities): a request that sets it gets 400 naming the field.";
+const TOP_LOGPROBS = unsupportedValues({ type: ["integer", "null"], description: NOT_SUPPORTED_LOGPROBS }, "log probabilities", { type: "integer" });
 const MERGE = nullable({
   type: "boolean",
   default: true,
@@ -143,7 +153,7 @@ const textOnlyPart = (types, description) => ({
 const schemas = {};
 
 // --- errors
-schemas.Error = {
+schemas.OpenAIError = {
   type: "object",
   description: "OpenAI error shape (all routes except /v1/messages*).",
   required: ["error"],
@@ -181,18 +191,18 @@ schemas.AnthropicError = {
     request_id: { type: "string" },
   },
 };
-schemas.StreamError = {
+schemas.OpenAIStreamError = {
   type: "object",
   description: "data: payload that ends an OpenAI Chat or Completions stream that failed after sending output.",
   required: ["error"],
   properties: {
-    error: schemas.Error.properties.error,
+    error: schemas.OpenAIError.properties.error,
     request_id: { type: "string", description: "The response id." },
   },
 };
 
 // --- health and models
-schemas.Health = {
+schemas.MashboxHealth = {
   type: "object",
   required: ["status"],
   properties: {
@@ -223,7 +233,7 @@ schemas.Health = {
     worker_restarts: { type: "integer", minimum: 0, description: "Times the worker was started again after a fault." },
   },
 };
-schemas.Model = {
+schemas.OpenAIModel = {
   type: "object",
   required: ["id", "object", "owned_by", "created", "max_model_len"],
   properties: {
@@ -240,10 +250,10 @@ schemas.Model = {
     cache_ram_mib: { type: "integer", minimum: 0, description: "Host memory for saved prompt states (--cache-ram)." },
   },
 };
-schemas.ModelList = {
+schemas.OpenAIModelList = {
   type: "object",
   required: ["object", "data"],
-  properties: { object: { type: "string", const: "list" }, data: { type: "array", items: ref("Model") } },
+  properties: { object: { type: "string", const: "list" }, data: { type: "array", items: ref("OpenAIModel") } },
 };
 
 // --- chat completions
@@ -291,7 +301,7 @@ schemas.ChatUsage = {
     prompt_tokens_details: { type: "object", properties: { cached_tokens: { type: "integer", minimum: 0 } } },
   },
 };
-schemas.ChatTimings = {
+schemas.MashboxTimings = {
   type: "object",
   description: "Server timings, the fields of llama-server's timings block.",
   required: ["prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "queue_ms"],
@@ -307,6 +317,8 @@ schemas.ChatTimings = {
   },
 };
 const CHAT_FINISH = ["stop", "length", "tool_calls"];
+// Always null. Typed as the object OpenAI sends there, so generated clients can read the field.
+const LOGPROBS_OUT = unsupportedValues({ type: ["object", "null"], description: "Always null: log probabilities are not supported." }, "log probabilities", { type: "object" });
 schemas.ChatCompletion = {
   type: "object",
   required: ["id", "object", "created", "model", "choices", "usage"],
@@ -333,12 +345,12 @@ schemas.ChatCompletion = {
             },
           },
           finish_reason: { type: "string", enum: CHAT_FINISH },
-          logprobs: { type: "null" },
+          logprobs: LOGPROBS_OUT,
         },
       },
     },
     usage: ref("ChatUsage"),
-    timings: ref("ChatTimings"),
+    timings: ref("MashboxTimings"),
     system_fingerprint: { type: "string" },
   },
 };
@@ -381,22 +393,22 @@ schemas.ChatCompletionChunk = {
             },
           },
           finish_reason: { type: ["string", "null"], enum: [...CHAT_FINISH, null] },
-          logprobs: { type: "null" },
+          logprobs: LOGPROBS_OUT,
         },
       },
     },
     usage: { oneOf: [ref("ChatUsage"), { type: "null" }] },
-    timings: ref("ChatTimings"),
+    timings: ref("MashboxTimings"),
     system_fingerprint: { type: "string" },
   },
 };
 schemas.ChatCompletionStreamPayload = {
   description: "What one data: line of a chat stream carries (besides the final [DONE]).",
-  oneOf: [ref("ChatCompletionChunk"), ref("StreamError")],
+  oneOf: [ref("ChatCompletionChunk"), ref("OpenAIStreamError")],
 };
 
 // --- completions
-schemas.Completion = {
+schemas.TextCompletion = {
   type: "object",
   description: "Whole answer, or one data: line of a stream (no usage); the stream ends with data: [DONE].",
   required: ["id", "object", "created", "model", "choices"],
@@ -414,7 +426,7 @@ schemas.Completion = {
           index: { type: "integer", minimum: 0 },
           text: { type: "string" },
           finish_reason: { type: ["string", "null"], enum: ["stop", "length", null] },
-          logprobs: { type: "null" },
+          logprobs: LOGPROBS_OUT,
         },
       },
     },
@@ -427,18 +439,18 @@ schemas.Completion = {
         total_tokens: { type: "integer", minimum: 0 },
       },
     },
-    timings: ref("ChatTimings"),
+    timings: ref("MashboxTimings"),
     system_fingerprint: { type: "string", pattern: "^seed-" },
   },
 };
-schemas.CompletionStreamPayload = {
+schemas.TextCompletionStreamPayload = {
   description: "What one data: line of a completions stream carries (besides the final [DONE]).",
-  oneOf: [ref("Completion"), ref("StreamError")],
+  oneOf: [ref("TextCompletion"), ref("OpenAIStreamError")],
 };
 
 // --- anthropic messages
 const STOP_REASON = { type: ["string", "null"], enum: ["end_turn", "max_tokens", "stop_sequence", "tool_use", null] };
-schemas.MessageUsage = {
+schemas.AnthropicUsage = {
   type: "object",
   required: ["input_tokens", "output_tokens"],
   properties: {
@@ -448,12 +460,12 @@ schemas.MessageUsage = {
     output_tokens: { type: "integer", minimum: 0, description: "New tokens." },
   },
 };
-schemas.ContentBlockText = {
+schemas.AnthropicTextBlock = {
   type: "object",
   required: ["type", "text"],
   properties: { type: { type: "string", const: "text" }, text: { type: "string" } },
 };
-schemas.ContentBlockThinking = {
+schemas.AnthropicThinkingBlock = {
   type: "object",
   required: ["type", "thinking", "signature"],
   properties: {
@@ -462,7 +474,7 @@ schemas.ContentBlockThinking = {
     signature: { type: "string", description: "mashbox-local (empty in content_block_start)." },
   },
 };
-schemas.ContentBlockToolUse = {
+schemas.AnthropicToolUseBlock = {
   type: "object",
   required: ["type", "id", "name", "input"],
   properties: {
@@ -472,19 +484,19 @@ schemas.ContentBlockToolUse = {
     input: { type: "object", description: "Arguments ({} in content_block_start)." },
   },
 };
-schemas.ContentBlock = {
+schemas.AnthropicContentBlock = {
   description: "text, thinking or tool_use.",
-  oneOf: [ref("ContentBlockText"), ref("ContentBlockThinking"), ref("ContentBlockToolUse")],
+  oneOf: [ref("AnthropicTextBlock"), ref("AnthropicThinkingBlock"), ref("AnthropicToolUseBlock")],
   discriminator: {
     propertyName: "type",
     mapping: {
-      text: "#/components/schemas/ContentBlockText",
-      thinking: "#/components/schemas/ContentBlockThinking",
-      tool_use: "#/components/schemas/ContentBlockToolUse",
+      text: "#/components/schemas/AnthropicTextBlock",
+      thinking: "#/components/schemas/AnthropicThinkingBlock",
+      tool_use: "#/components/schemas/AnthropicToolUseBlock",
     },
   },
 };
-schemas.Message = {
+schemas.AnthropicMessage = {
   type: "object",
   required: ["id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"],
   properties: {
@@ -492,13 +504,13 @@ schemas.Message = {
     type: { type: "string", const: "message" },
     role: { type: "string", const: "assistant" },
     model: { type: "string", description: "The model field of the request, else the model id." },
-    content: { type: "array", items: ref("ContentBlock") },
+    content: { type: "array", items: ref("AnthropicContentBlock") },
     stop_reason: { ...STOP_REASON, description: "end_turn, max_tokens, stop_sequence or tool_use; null in message_start." },
     stop_sequence: { type: ["string", "null"], description: "The stop sequence that ended the text." },
-    usage: ref("MessageUsage"),
+    usage: ref("AnthropicUsage"),
   },
 };
-schemas.TokenCount = {
+schemas.AnthropicTokenCount = {
   type: "object",
   required: ["input_tokens"],
   properties: { input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens after the chat template." } },
@@ -511,13 +523,13 @@ const anthropicEvent = (type, required, properties, description) => ({
   properties: { type: { type: "string", const: type }, ...properties },
 });
 const MESSAGE_EVENTS = {
-  MessageStartEvent: anthropicEvent("message_start", ["message"], { message: ref("Message") }),
-  PingEvent: anthropicEvent("ping", [], {}),
-  ContentBlockStartEvent: anthropicEvent("content_block_start", ["index", "content_block"], {
+  AnthropicMessageStartEvent: anthropicEvent("message_start", ["message"], { message: ref("AnthropicMessage") }),
+  AnthropicPingEvent: anthropicEvent("ping", [], {}),
+  AnthropicContentBlockStartEvent: anthropicEvent("content_block_start", ["index", "content_block"], {
     index: { type: "integer", minimum: 0 },
-    content_block: ref("ContentBlock"),
+    content_block: ref("AnthropicContentBlock"),
   }),
-  ContentBlockDeltaEvent: anthropicEvent("content_block_delta", ["index", "delta"], {
+  AnthropicContentBlockDeltaEvent: anthropicEvent("content_block_delta", ["index", "delta"], {
     index: { type: "integer", minimum: 0 },
     delta: {
       oneOf: [
@@ -528,17 +540,17 @@ const MESSAGE_EVENTS = {
       ],
     },
   }),
-  ContentBlockStopEvent: anthropicEvent("content_block_stop", ["index"], { index: { type: "integer", minimum: 0 } }),
-  MessageDeltaEvent: anthropicEvent("message_delta", ["delta", "usage"], {
+  AnthropicContentBlockStopEvent: anthropicEvent("content_block_stop", ["index"], { index: { type: "integer", minimum: 0 } }),
+  AnthropicMessageDeltaEvent: anthropicEvent("message_delta", ["delta", "usage"], {
     delta: {
       type: "object",
       required: ["stop_reason", "stop_sequence"],
       properties: { stop_reason: STOP_REASON, stop_sequence: { type: ["string", "null"] } },
     },
-    usage: ref("MessageUsage"),
+    usage: ref("AnthropicUsage"),
   }),
-  MessageStopEvent: anthropicEvent("message_stop", [], {}),
-  MessageErrorEvent: anthropicEvent(
+  AnthropicMessageStopEvent: anthropicEvent("message_stop", [], {}),
+  AnthropicErrorEvent: anthropicEvent(
     "error",
     ["error"],
     { error: schemas.AnthropicError.properties.error, request_id: { type: "string" } },
@@ -547,16 +559,16 @@ const MESSAGE_EVENTS = {
 };
 Object.assign(schemas, MESSAGE_EVENTS);
 const MESSAGE_EVENT_TYPES = {
-  message_start: "MessageStartEvent",
-  ping: "PingEvent",
-  content_block_start: "ContentBlockStartEvent",
-  content_block_delta: "ContentBlockDeltaEvent",
-  content_block_stop: "ContentBlockStopEvent",
-  message_delta: "MessageDeltaEvent",
-  message_stop: "MessageStopEvent",
-  error: "MessageErrorEvent",
+  message_start: "AnthropicMessageStartEvent",
+  ping: "AnthropicPingEvent",
+  content_block_start: "AnthropicContentBlockStartEvent",
+  content_block_delta: "AnthropicContentBlockDeltaEvent",
+  content_block_stop: "AnthropicContentBlockStopEvent",
+  message_delta: "AnthropicMessageDeltaEvent",
+  message_stop: "AnthropicMessageStopEvent",
+  error: "AnthropicErrorEvent",
 };
-schemas.MessageStreamEvent = {
+schemas.AnthropicStreamEvent = {
   description:
     "One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name.",
   oneOf: Object.values(MESSAGE_EVENT_TYPES).map(ref),
@@ -565,24 +577,24 @@ schemas.MessageStreamEvent = {
 
 // --- responses
 const ITEM_STATUS = { type: "string", enum: ["in_progress", "completed", "incomplete"] };
-schemas.OutputTextPart = {
+schemas.ResponsesOutputTextPart = {
   type: "object",
   required: ["type", "text"],
-  properties: { type: { type: "string", const: "output_text" }, text: { type: "string" }, annotations: { type: "array" } },
+  properties: { type: { type: "string", const: "output_text" }, text: { type: "string" }, annotations: { type: "array", items: { type: "object" }, description: "Always empty." } },
 };
-schemas.ReasoningTextPart = {
+schemas.ResponsesReasoningTextPart = {
   type: "object",
   required: ["type", "text"],
   properties: { type: { type: "string", const: "reasoning_text" }, text: { type: "string" } },
 };
-schemas.ContentPart = {
-  oneOf: [ref("OutputTextPart"), ref("ReasoningTextPart")],
+schemas.ResponsesContentPart = {
+  oneOf: [ref("ResponsesOutputTextPart"), ref("ResponsesReasoningTextPart")],
   discriminator: {
     propertyName: "type",
-    mapping: { output_text: "#/components/schemas/OutputTextPart", reasoning_text: "#/components/schemas/ReasoningTextPart" },
+    mapping: { output_text: "#/components/schemas/ResponsesOutputTextPart", reasoning_text: "#/components/schemas/ResponsesReasoningTextPart" },
   },
 };
-schemas.ResponseMessageItem = {
+schemas.ResponsesMessageItem = {
   type: "object",
   required: ["type", "id", "status", "role", "content"],
   properties: {
@@ -590,21 +602,21 @@ schemas.ResponseMessageItem = {
     id: { type: "string" },
     status: ITEM_STATUS,
     role: { type: "string", const: "assistant" },
-    content: { type: "array", items: ref("OutputTextPart") },
+    content: { type: "array", items: ref("ResponsesOutputTextPart") },
   },
 };
-schemas.ResponseReasoningItem = {
+schemas.ResponsesReasoningItem = {
   type: "object",
   required: ["type", "id", "summary"],
   properties: {
     type: { type: "string", const: "reasoning" },
     id: { type: "string" },
     status: ITEM_STATUS,
-    summary: { type: "array", maxItems: 0, description: "Always empty." },
-    content: { type: "array", items: ref("ReasoningTextPart") },
+    summary: { type: "array", items: { type: "object" }, maxItems: 0, description: "Always empty." },
+    content: { type: "array", items: ref("ResponsesReasoningTextPart") },
   },
 };
-schemas.ResponseFunctionCallItem = {
+schemas.ResponsesFunctionCallItem = {
   type: "object",
   required: ["type", "id", "call_id", "name", "arguments"],
   properties: {
@@ -617,7 +629,7 @@ schemas.ResponseFunctionCallItem = {
     namespace: { type: "string", description: "The namespace tool it came from." },
   },
 };
-schemas.ResponseCustomToolCallItem = {
+schemas.ResponsesCustomToolCallItem = {
   type: "object",
   required: ["type", "id", "call_id", "name", "input"],
   properties: {
@@ -629,20 +641,20 @@ schemas.ResponseCustomToolCallItem = {
     input: { type: "string", description: "Raw input." },
   },
 };
-schemas.ResponseItem = {
+schemas.ResponsesOutputItem = {
   description: "message, reasoning, function_call or custom_tool_call.",
-  oneOf: [ref("ResponseMessageItem"), ref("ResponseReasoningItem"), ref("ResponseFunctionCallItem"), ref("ResponseCustomToolCallItem")],
+  oneOf: [ref("ResponsesMessageItem"), ref("ResponsesReasoningItem"), ref("ResponsesFunctionCallItem"), ref("ResponsesCustomToolCallItem")],
   discriminator: {
     propertyName: "type",
     mapping: {
-      message: "#/components/schemas/ResponseMessageItem",
-      reasoning: "#/components/schemas/ResponseReasoningItem",
-      function_call: "#/components/schemas/ResponseFunctionCallItem",
-      custom_tool_call: "#/components/schemas/ResponseCustomToolCallItem",
+      message: "#/components/schemas/ResponsesMessageItem",
+      reasoning: "#/components/schemas/ResponsesReasoningItem",
+      function_call: "#/components/schemas/ResponsesFunctionCallItem",
+      custom_tool_call: "#/components/schemas/ResponsesCustomToolCallItem",
     },
   },
 };
-schemas.ResponseUsage = {
+schemas.ResponsesUsage = {
   type: "object",
   required: ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"],
   properties: {
@@ -653,7 +665,7 @@ schemas.ResponseUsage = {
     total_tokens: { type: "integer", minimum: 0 },
   },
 };
-schemas.Response = {
+schemas.ResponsesResponse = {
   type: "object",
   required: ["id", "object", "created_at", "status", "model", "output", "usage"],
   properties: {
@@ -666,11 +678,11 @@ schemas.Response = {
       description: "completed, or incomplete when max_output_tokens ran out; in_progress and failed only in stream events.",
     },
     model: { type: "string", description: "The model field of the request, else the model id." },
-    output: { type: "array", items: ref("ResponseItem") },
+    output: { type: "array", items: ref("ResponsesOutputItem") },
     parallel_tool_calls: { type: "boolean" },
     tool_choice: { oneOf: [{ type: "string" }, { type: "object" }] },
-    tools: { type: "array" },
-    usage: { oneOf: [ref("ResponseUsage"), { type: "null" }], description: "null while in progress." },
+    tools: { type: "array", items: { type: "object" } },
+    usage: { oneOf: [ref("ResponsesUsage"), { type: "null" }], description: "null while in progress." },
     incomplete_details: {
       type: ["object", "null"],
       properties: { reason: { type: "string", enum: ["max_output_tokens", "content_filter"] } },
@@ -690,37 +702,37 @@ const responseEvent = (type, required, properties) => ({
   properties: { type: { type: "string", const: type }, sequence_number: SEQ, ...properties },
 });
 const RESPONSE_EVENTS = [
-  ["response.created", "ResponseCreatedEvent", ["response"], { response: ref("Response") }],
-  ["response.in_progress", "ResponseInProgressEvent", ["response"], { response: ref("Response") }],
-  ["response.completed", "ResponseCompletedEvent", ["response"], { response: ref("Response") }],
-  ["response.failed", "ResponseFailedEvent", ["response"], { response: ref("Response") }],
-  ["response.incomplete", "ResponseIncompleteEvent", ["response"], { response: ref("Response") }],
-  ["response.output_item.added", "ResponseOutputItemAddedEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponseItem") }],
-  ["response.output_item.done", "ResponseOutputItemDoneEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponseItem") }],
-  ["response.content_part.added", "ResponseContentPartAddedEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ContentPart") }],
-  ["response.content_part.done", "ResponseContentPartDoneEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ContentPart") }],
-  ["response.output_text.delta", "ResponseOutputTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
-  ["response.output_text.done", "ResponseOutputTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
-  ["response.function_call_arguments.delta", "ResponseFunctionCallArgumentsDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
+  ["response.created", "ResponsesCreatedEvent", ["response"], { response: ref("ResponsesResponse") }],
+  ["response.in_progress", "ResponsesInProgressEvent", ["response"], { response: ref("ResponsesResponse") }],
+  ["response.completed", "ResponsesCompletedEvent", ["response"], { response: ref("ResponsesResponse") }],
+  ["response.failed", "ResponsesFailedEvent", ["response"], { response: ref("ResponsesResponse") }],
+  ["response.incomplete", "ResponsesIncompleteEvent", ["response"], { response: ref("ResponsesResponse") }],
+  ["response.output_item.added", "ResponsesOutputItemAddedEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponsesOutputItem") }],
+  ["response.output_item.done", "ResponsesOutputItemDoneEvent", ["output_index", "item"], { output_index: AT_ITEM.output_index, item: ref("ResponsesOutputItem") }],
+  ["response.content_part.added", "ResponsesContentPartAddedEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ResponsesContentPart") }],
+  ["response.content_part.done", "ResponsesContentPartDoneEvent", ["item_id", "output_index", "content_index", "part"], { ...AT_PART, part: ref("ResponsesContentPart") }],
+  ["response.output_text.delta", "ResponsesOutputTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
+  ["response.output_text.done", "ResponsesOutputTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
+  ["response.function_call_arguments.delta", "ResponsesFunctionCallArgumentsDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
   [
     "response.function_call_arguments.done",
-    "ResponseFunctionCallArgumentsDoneEvent",
+    "ResponsesFunctionCallArgumentsDoneEvent",
     ["item_id", "output_index", "arguments", "name"],
     { ...AT_ITEM, arguments: { type: "string" }, name: { type: "string" } },
   ],
-  ["response.reasoning_text.delta", "ResponseReasoningTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
-  ["response.reasoning_text.done", "ResponseReasoningTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
-  ["response.custom_tool_call_input.delta", "ResponseCustomToolCallInputDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
-  ["response.custom_tool_call_input.done", "ResponseCustomToolCallInputDoneEvent", ["item_id", "output_index", "input"], { ...AT_ITEM, input: { type: "string" } }],
+  ["response.reasoning_text.delta", "ResponsesReasoningTextDeltaEvent", ["item_id", "output_index", "content_index", "delta"], { ...AT_PART, delta: { type: "string" } }],
+  ["response.reasoning_text.done", "ResponsesReasoningTextDoneEvent", ["item_id", "output_index", "content_index", "text"], { ...AT_PART, text: { type: "string" } }],
+  ["response.custom_tool_call_input.delta", "ResponsesCustomToolCallInputDeltaEvent", ["item_id", "output_index", "delta"], { ...AT_ITEM, delta: { type: "string" } }],
+  ["response.custom_tool_call_input.done", "ResponsesCustomToolCallInputDoneEvent", ["item_id", "output_index", "input"], { ...AT_ITEM, input: { type: "string" } }],
   [
     "error",
-    "ResponseErrorEvent",
+    "ResponsesErrorEvent",
     ["code", "message"],
     { code: { type: ["string", "null"] }, message: { type: "string" }, param: { type: ["string", "null"] }, request_id: { type: "string", description: "The response id." } },
   ],
 ];
 for (const [type, name, required, properties] of RESPONSE_EVENTS) schemas[name] = responseEvent(type, required, properties);
-schemas.ResponseStreamEvent = {
+schemas.ResponsesStreamEvent = {
   description:
     "One event: + data: pair; type is the same as the SSE event name. An error after the stream started is sent as event error, then response.failed (the response with status failed and its error).",
   oneOf: RESPONSE_EVENTS.map(([, name]) => ref(name)),
@@ -743,8 +755,8 @@ schemas.ChatCompletionRequest = {
     merge: MERGE,
     prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
     store: STORE,
-    logprobs: { type: ["boolean", "null"], enum: [false, null], description: NOT_SUPPORTED_LOGPROBS },
-    top_logprobs: { type: "null", description: NOT_SUPPORTED_LOGPROBS },
+    logprobs: unsupportedValues({ type: ["boolean", "null"], description: `${NOT_SUPPORTED_LOGPROBS} false is accepted.` }, "log probabilities", { const: true }),
+    top_logprobs: TOP_LOGPROBS,
     response_format: nullable({
       type: "object",
       description: "Only {\"type\": \"text\"}. Not supported: json_object and json_schema (structured output), answered with 400.",
@@ -756,7 +768,7 @@ schemas.ChatCompletionRequest = {
     ...SAMPLING_FIELDS,
   },
 };
-schemas.CompletionRequest = {
+schemas.TextCompletionRequest = {
   type: "object",
   required: ["prompt"],
   properties: {
@@ -769,7 +781,11 @@ schemas.CompletionRequest = {
     merge: MERGE,
     prompt_cache_key: COMMON_FIELDS.prompt_cache_key,
     // Completions' logprobs is a count: 0 asks for none, so only 0 (or null) passes.
-    logprobs: { type: ["integer", "null"], enum: [0, null], description: `${NOT_SUPPORTED_LOGPROBS} 0 (none) is accepted.` },
+    logprobs: unsupportedValues(
+      { type: ["integer", "null"], description: `${NOT_SUPPORTED_LOGPROBS} 0 (none) is accepted.` },
+      "log probabilities",
+      { type: "integer", not: { const: 0 } },
+    ),
     max_tokens: MAX_TOKENS,
     max_completion_tokens: MAX_COMPLETION_TOKENS,
     ...SAMPLING_FIELDS,
@@ -799,7 +815,7 @@ const ANTHROPIC_SYSTEM = {
   ],
 };
 const ANTHROPIC_TOOLS = { type: "array", items: { type: "object" }, description: "Client tools the model may call." };
-schemas.MessagesRequest = {
+schemas.AnthropicMessagesRequest = {
   type: "object",
   required: ["messages"],
   properties: {
@@ -815,14 +831,17 @@ schemas.MessagesRequest = {
     output_config: {
       type: "object",
       description: "effort is accepted and ignored. Not supported: format (structured output), answered with 400.",
-      properties: { effort: { type: "string" }, format: { type: "null", description: "Not supported (structured output)." } },
+      properties: {
+        effort: { type: "string" },
+        format: unsupportedValues({ type: ["object", "null"], description: "Not supported (structured output)." }, "structured output", { type: "object" }),
+      },
     },
     max_tokens: maxTokens("Most new tokens; default: up to the end of the context (--ctx)."),
     max_completion_tokens: MAX_COMPLETION_TOKENS,
     ...SAMPLING_FIELDS,
   },
 };
-schemas.CountTokensRequest = {
+schemas.AnthropicCountTokensRequest = {
   type: "object",
   required: ["messages"],
   properties: {
@@ -848,8 +867,10 @@ schemas.ResponsesRequest = {
           type: "array",
           items: {
             type: "object",
-            // An item without type is a message (EasyInputMessage) and needs a role.
-            anyOf: [{ required: ["type"] }, { required: ["role"] }],
+            // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
+            // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
+            if: { required: ["type"] },
+            else: { required: ["role"] },
             properties: {
               type: {
                 type: "string",
@@ -889,9 +910,9 @@ schemas.ResponsesRequest = {
     include: nullable({
       type: "array",
       description: "Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported).",
-      items: { type: "string", not: { pattern: "logprobs" } },
+      items: unsupportedValues({ type: "string" }, "log probabilities", { pattern: "logprobs" }),
     }),
-    top_logprobs: { type: "null", description: NOT_SUPPORTED_LOGPROBS },
+    top_logprobs: TOP_LOGPROBS,
     text: nullable({
       type: "object",
       description: "Only format {\"type\": \"text\"}. Not supported: other formats (structured output), answered with 400.",
@@ -922,27 +943,29 @@ const OVERLOADED =
   "overloaded_error: the model is still loading, or its worker is starting again after a fault, or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds (x-should-retry: true while not ready).";
 
 const responses = {
-  BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("Error")) },
-  Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("Error")) },
-  Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("Error")) },
+  BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("OpenAIError")) },
+  Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("OpenAIError")) },
+  Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("OpenAIError")) },
   MethodNotAllowed: {
     description: "The path exists but does not answer this method; every path of this document answers 405 to the methods it does not list.",
     headers: { Allow: hdr("Allow") },
-    content: json(ref("Error")),
+    content: json(ref("OpenAIError")),
   },
-  UnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("Error")) },
+  UnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("OpenAIError")) },
+  PayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB).", content: json(ref("OpenAIError")) },
   ModelNotFound: {
     description: "A model id other than the one this server serves (GET /v1/models), code model_not_found. Leaving model out is accepted.",
-    content: json(ref("Error")),
+    content: json(ref("OpenAIError")),
   },
-  TooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("Error")) },
-  ServerError: { description: DEVICE_FAILED, content: json(ref("Error")) },
-  Loading: { description: "The model is still loading. Retry after the Retry-After header's seconds.", headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("Error")) },
+  TooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError")) },
+  ServerError: { description: DEVICE_FAILED, content: json(ref("OpenAIError")) },
+  Loading: { description: "The model is still loading. Retry after the Retry-After header's seconds.", headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError")) },
   AnthropicBadRequest: { description: "Bad request (as BadRequest, in the Anthropic shape).", content: json(ref("AnthropicError")) },
   AnthropicUnauthorized: { description: "An API key is configured and the request has none or a wrong one.", content: json(ref("AnthropicError")) },
   AnthropicForbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("AnthropicError")) },
   AnthropicMethodNotAllowed: { description: "The path does not answer this method.", headers: { Allow: hdr("Allow") }, content: json(ref("AnthropicError")) },
   AnthropicUnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("AnthropicError")) },
+  AnthropicPayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB): request_too_large.", content: json(ref("AnthropicError")) },
   AnthropicTooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("AnthropicError")) },
   AnthropicServerError: { description: DEVICE_FAILED, content: json(ref("AnthropicError")) },
   AnthropicOverloaded: {
@@ -991,8 +1014,8 @@ const sse = (component, description, { done = false } = {}) => {
 const OPTIONAL_KEY = [{}, { bearer: [] }, { api_key: [] }];
 
 const healthResponses = (extra = {}) => ({
-  200: { description: "OK", content: json(ref("Health")), ...extra },
-  503: { description: "The model is still loading.", content: json(ref("Health")) },
+  200: { description: "OK", content: json(ref("MashboxHealth")), ...extra },
+  503: { description: "The model is still loading.", content: json(ref("MashboxHealth")) },
 });
 
 const openaiGenerationResponses = (okContent) => ({
@@ -1002,6 +1025,7 @@ const openaiGenerationResponses = (okContent) => ({
   403: resp("Forbidden"),
   404: resp("ModelNotFound"),
   405: resp("MethodNotAllowed"),
+  413: resp("PayloadTooLarge"),
   415: resp("UnsupportedMediaType"),
   429: resp("TooManyRequests"),
   500: resp("ServerError"),
@@ -1018,7 +1042,7 @@ const paths = {
   "/v1/health": {
     get: {
       operationId: "getHealth",
-      summary: "Health",
+      summary: "MashboxHealth",
       description: "200 when the model is loaded and the server takes requests, 503 while it loads.",
       tags: ["health"],
       security: OPTIONAL_KEY,
@@ -1056,8 +1080,8 @@ const paths = {
       tags: ["health"],
       security: [],
       responses: {
-        200: { description: "OK: the health object, or the chat page with --ui.", content: { ...json(ref("Health")), "text/html": { schema: { type: "string" } } } },
-        503: { description: "The model is still loading.", content: json(ref("Health")) },
+        200: { description: "OK: the health object, or the chat page with --ui.", content: { ...json(ref("MashboxHealth")), "text/html": { schema: { type: "string" } } } },
+        503: { description: "The model is still loading.", content: json(ref("MashboxHealth")) },
         403: resp("Forbidden"),
         405: resp("MethodNotAllowed"),
       },
@@ -1070,7 +1094,7 @@ const paths = {
       description: "The one model this server runs.",
       tags: ["models"],
       security: OPTIONAL_KEY,
-      responses: { 200: { description: "OK", content: json(ref("ModelList")) }, 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
+      responses: { 200: { description: "OK", content: json(ref("OpenAIModelList")) }, 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
     },
   },
   "/v1/models/{model}": {
@@ -1082,10 +1106,10 @@ const paths = {
       security: OPTIONAL_KEY,
       parameters: [{ name: "model", in: "path", required: true, description: "Model id.", schema: { type: "string", examples: [MODEL_ID_PLACEHOLDER] }, example: MODEL_ID_PLACEHOLDER }],
       responses: {
-        200: { description: "OK", content: json(ref("Model")) },
+        200: { description: "OK", content: json(ref("OpenAIModel")) },
         401: resp("Unauthorized"),
         403: resp("Forbidden"),
-        404: { description: "Another model id.", content: json(ref("Error")) },
+        404: { description: "Another model id.", content: json(ref("OpenAIError")) },
         405: resp("MethodNotAllowed"),
       },
     },
@@ -1095,7 +1119,7 @@ const paths = {
       operationId: "createChatCompletion",
       summary: "Chat completion",
       description: "OpenAI Chat Completions with function tools, thinking and streaming. Coding agents such as Pi use it.",
-      tags: ["openai"],
+      tags: ["chat"],
       security: OPTIONAL_KEY,
       requestBody: requestBody("ChatCompletionRequest", {
         basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, messages: [{ role: "user", content: "Name three planets." }], max_tokens: 16 }),
@@ -1108,7 +1132,7 @@ const paths = {
       }),
       responses: openaiGenerationResponses({
         ...json(ref("ChatCompletion")),
-        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or a StreamError after a failure), then data: [DONE].", { done: true }),
+        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or an OpenAIStreamError after a failure), then data: [DONE].", { done: true }),
       }),
     },
   },
@@ -1117,15 +1141,15 @@ const paths = {
       operationId: "createCompletion",
       summary: "Text completion",
       description: "Continue a plain prompt, no chat template.",
-      tags: ["openai"],
+      tags: ["completions"],
       security: OPTIONAL_KEY,
-      requestBody: requestBody("CompletionRequest", {
+      requestBody: requestBody("TextCompletionRequest", {
         basic: ex("Continue a prompt", { prompt: "The three largest planets are", max_tokens: 16 }),
         streamed: ex("Streamed", { model: MODEL_ID_PLACEHOLDER, prompt: ["Once upon a time"], stream: true, max_tokens: 8, temperature: 0.7, seed: 1 }),
       }),
       responses: openaiGenerationResponses({
-        ...json(ref("Completion")),
-        ...sse("CompletionStreamPayload", "Server-sent events: data: lines, each a Completion without usage (or a StreamError after a failure), then data: [DONE].", { done: true }),
+        ...json(ref("TextCompletion")),
+        ...sse("TextCompletionStreamPayload", "Server-sent events: data: lines, each a TextCompletion without usage (or an OpenAIStreamError after a failure), then data: [DONE].", { done: true }),
       }),
     },
   },
@@ -1134,10 +1158,10 @@ const paths = {
       operationId: "createMessage",
       summary: "Messages (Anthropic)",
       description: "Anthropic Messages with client tools, thinking and streaming, for Claude Code. The ?beta=true query Claude Code adds is accepted.",
-      tags: ["anthropic"],
+      tags: ["messages"],
       security: OPTIONAL_KEY,
       parameters: [{ name: "beta", in: "query", required: false, description: "Claude Code adds ?beta=true; accepted and ignored.", schema: { type: "string" } }],
-      requestBody: requestBody("MessagesRequest", {
+      requestBody: requestBody("AnthropicMessagesRequest", {
         basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, max_tokens: 16, messages: [{ role: "user", content: "Name three planets." }] }),
         streamed: ex("Streamed, with a system prompt", {
           max_tokens: 8,
@@ -1147,11 +1171,12 @@ const paths = {
         }),
       }),
       responses: {
-        200: { description: "OK", content: { ...json(ref("Message")), ...sse("MessageStreamEvent", "Server-sent events: event: + data: pairs.") } },
+        200: { description: "OK", content: { ...json(ref("AnthropicMessage")), ...sse("AnthropicStreamEvent", "Server-sent events: event: + data: pairs.") } },
         400: resp("AnthropicBadRequest"),
         401: resp("AnthropicUnauthorized"),
         403: resp("AnthropicForbidden"),
         405: resp("AnthropicMethodNotAllowed"),
+        413: resp("AnthropicPayloadTooLarge"),
         415: resp("AnthropicUnsupportedMediaType"),
         429: resp("AnthropicTooManyRequests"),
         500: resp("AnthropicServerError"),
@@ -1164,18 +1189,19 @@ const paths = {
       operationId: "countMessageTokens",
       summary: "Count tokens",
       description: "Prompt tokens a Messages request would use, after the chat template.",
-      tags: ["anthropic"],
+      tags: ["messages"],
       security: OPTIONAL_KEY,
       parameters: [{ name: "beta", in: "query", required: false, description: "Accepted and ignored.", schema: { type: "string" } }],
-      requestBody: requestBody("CountTokensRequest", {
+      requestBody: requestBody("AnthropicCountTokensRequest", {
         basic: ex("Count a conversation", { model: MODEL_ID_PLACEHOLDER, messages: [{ role: "user", content: "Name three planets." }] }),
       }),
       responses: {
-        200: { description: "OK", content: json(ref("TokenCount")) },
+        200: { description: "OK", content: json(ref("AnthropicTokenCount")) },
         400: resp("AnthropicBadRequest"),
         401: resp("AnthropicUnauthorized"),
         403: resp("AnthropicForbidden"),
         405: resp("AnthropicMethodNotAllowed"),
+        413: resp("AnthropicPayloadTooLarge"),
         415: resp("AnthropicUnsupportedMediaType"),
         500: resp("AnthropicServerError"),
         529: resp("AnthropicOverloaded"),
@@ -1187,7 +1213,7 @@ const paths = {
       operationId: "createResponse",
       summary: "Responses (OpenAI)",
       description: "OpenAI Responses with function, custom and namespace tools, reasoning and streaming, for Codex.",
-      tags: ["openai"],
+      tags: ["responses"],
       security: OPTIONAL_KEY,
       requestBody: requestBody("ResponsesRequest", {
         basic: ex("A short answer", { model: MODEL_ID_PLACEHOLDER, input: "Name three planets.", max_output_tokens: 16 }),
@@ -1199,8 +1225,8 @@ const paths = {
         }),
       }),
       responses: openaiGenerationResponses({
-        ...json(ref("Response")),
-        ...sse("ResponseStreamEvent", "Server-sent events: event: + data: pairs."),
+        ...json(ref("ResponsesResponse")),
+        ...sse("ResponsesStreamEvent", "Server-sent events: event: + data: pairs."),
       }),
     },
   },
@@ -1262,8 +1288,10 @@ export function buildOpenapi() {
     tags: [
       { name: "health", description: "Readiness." },
       { name: "models", description: "The one model this server runs." },
-      { name: "openai", description: "OpenAI Chat Completions, Completions and Responses." },
-      { name: "anthropic", description: "Anthropic Messages." },
+      { name: "chat", description: "OpenAI Chat Completions." },
+      { name: "completions", description: "OpenAI Completions (legacy text completion)." },
+      { name: "responses", description: "OpenAI Responses." },
+      { name: "messages", description: "Anthropic Messages and token counting." },
       { name: "operations", description: "Metrics and this description." },
     ],
     paths,

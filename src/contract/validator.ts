@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import { packageFile } from "../config.js";
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
+import { addUnsupportedKeyword } from "./unsupported.js";
 
 type Json = Record<string, any>;
 
@@ -60,6 +61,7 @@ function formatErrors(where: string, errors: ErrorObject[] | null | undefined): 
 
 export function createResponseValidator(doc: Json): ResponseValidator {
   const ajv = new Ajv2020({ strict: false, allErrors: true, validateSchema: false, discriminator: false, validateFormats: false });
+  addUnsupportedKeyword(ajv);
   ajv.addSchema({ ...doc, $id: DOC_ID });
 
   const operations = new Map<string, Operation>();

@@ -23,10 +23,10 @@ export const operations = {
   listModels: { method: "GET", path: "/v1/models", dialect: "openai", request_schema: null, sse_schema: null },
   getModel: { method: "GET", path: "/v1/models/{model}", dialect: "openai", request_schema: null, sse_schema: null },
   createChatCompletion: { method: "POST", path: "/v1/chat/completions", dialect: "openai", request_schema: "ChatCompletionRequest", sse_schema: "ChatCompletionStreamPayload" },
-  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "CompletionRequest", sse_schema: "CompletionStreamPayload" },
-  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "MessagesRequest", sse_schema: "MessageStreamEvent" },
-  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "CountTokensRequest", sse_schema: null },
-  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", sse_schema: "ResponseStreamEvent" },
+  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "TextCompletionRequest", sse_schema: "TextCompletionStreamPayload" },
+  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "AnthropicMessagesRequest", sse_schema: "AnthropicStreamEvent" },
+  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "AnthropicCountTokensRequest", sse_schema: null },
+  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", sse_schema: "ResponsesStreamEvent" },
   getMetrics: { method: "GET", path: "/metrics", dialect: "openai", request_schema: null, sse_schema: null },
   getOpenapi: { method: "GET", path: "/openapi.json", dialect: "openai", request_schema: null, sse_schema: null },
 } as const satisfies Record<string, OperationInfo>;
@@ -44,9 +44,9 @@ export interface OperationRequestBodies {
   listModels: undefined;
   getModel: undefined;
   createChatCompletion: components["schemas"]["ChatCompletionRequest"];
-  createCompletion: components["schemas"]["CompletionRequest"];
-  createMessage: components["schemas"]["MessagesRequest"];
-  countMessageTokens: components["schemas"]["CountTokensRequest"];
+  createCompletion: components["schemas"]["TextCompletionRequest"];
+  createMessage: components["schemas"]["AnthropicMessagesRequest"];
+  countMessageTokens: components["schemas"]["AnthropicCountTokensRequest"];
   createResponse: components["schemas"]["ResponsesRequest"];
   getMetrics: undefined;
   getOpenapi: undefined;
@@ -63,10 +63,10 @@ export interface OperationSsePayloads {
   listModels: never;
   getModel: never;
   createChatCompletion: components["schemas"]["ChatCompletionStreamPayload"];
-  createCompletion: components["schemas"]["CompletionStreamPayload"];
-  createMessage: components["schemas"]["MessageStreamEvent"];
+  createCompletion: components["schemas"]["TextCompletionStreamPayload"];
+  createMessage: components["schemas"]["AnthropicStreamEvent"];
   countMessageTokens: never;
-  createResponse: components["schemas"]["ResponseStreamEvent"];
+  createResponse: components["schemas"]["ResponsesStreamEvent"];
   getMetrics: never;
   getOpenapi: never;
 }

@@ -128,7 +128,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Health
+         * MashboxHealth
          * @description 200 when the model is loaded and the server takes requests, 503 while it loads.
          */
         get: operations["getHealth"];
@@ -248,6 +248,89 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description text, thinking or tool_use. */
+        AnthropicContentBlock: components["schemas"]["AnthropicTextBlock"] | components["schemas"]["AnthropicThinkingBlock"] | components["schemas"]["AnthropicToolUseBlock"];
+        AnthropicContentBlockDeltaEvent: {
+            delta: {
+                text: string;
+                /** @constant */
+                type: "text_delta";
+            } | {
+                thinking: string;
+                /** @constant */
+                type: "thinking_delta";
+            } | {
+                signature: string;
+                /** @constant */
+                type: "signature_delta";
+            } | {
+                partial_json: string;
+                /** @constant */
+                type: "input_json_delta";
+            };
+            index: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "content_block_delta";
+        };
+        AnthropicContentBlockStartEvent: {
+            content_block: components["schemas"]["AnthropicContentBlock"];
+            index: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "content_block_start";
+        };
+        AnthropicContentBlockStopEvent: {
+            index: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "content_block_stop";
+        };
+        AnthropicCountTokensRequest: {
+            /** @description The conversation. */
+            messages: {
+                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
+                content: string | {
+                    text?: string;
+                    /** @enum {string} */
+                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
+                }[];
+                /** @enum {string} */
+                role: "user" | "assistant" | "system";
+            }[];
+            /**
+             * @description Accepted for compatibility; the server answers with the one model it runs.
+             * @example x-mashbox-model-id
+             */
+            model?: string;
+            /** @description System prompt: a string or text blocks. */
+            system?: string | {
+                text: string;
+                /** @constant */
+                type: "text";
+            }[];
+            /** @description Fields: type, budget_tokens. */
+            thinking?: {
+                budget_tokens?: number;
+                /** @enum {string} */
+                type: "enabled" | "disabled" | "adaptive";
+            };
+            /** @description {"type": "auto" | "any" | "tool" | "none", "name": ...}. */
+            tool_choice?: {
+                disable_parallel_tool_use?: boolean;
+                name?: string;
+                /** @enum {string} */
+                type: "auto" | "any" | "tool" | "none";
+            };
+            /** @description Client tools the model may call. */
+            tools?: Record<string, never>[];
+        };
         /** @description Anthropic error shape (/v1/messages and /v1/messages/count_tokens). */
         AnthropicError: {
             error: {
@@ -259,12 +342,229 @@ export interface components {
             /** @constant */
             type: "error";
         };
+        /** @description Ends a stream that failed after it started. */
+        AnthropicErrorEvent: {
+            error: {
+                message: string;
+                /** @enum {string} */
+                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "api_error" | "overloaded_error";
+            };
+            request_id?: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "error";
+        };
+        AnthropicMessage: {
+            content: components["schemas"]["AnthropicContentBlock"][];
+            id: string;
+            /** @description The model field of the request, else the model id. */
+            model: string;
+            /** @constant */
+            role: "assistant";
+            /**
+             * @description end_turn, max_tokens, stop_sequence or tool_use; null in message_start.
+             * @enum {string|null}
+             */
+            stop_reason: "end_turn" | "max_tokens" | "stop_sequence" | "tool_use" | null;
+            /** @description The stop sequence that ended the text. */
+            stop_sequence: string | null;
+            /** @constant */
+            type: "message";
+            usage: components["schemas"]["AnthropicUsage"];
+        };
+        AnthropicMessageDeltaEvent: {
+            delta: {
+                /** @enum {string|null} */
+                stop_reason: "end_turn" | "max_tokens" | "stop_sequence" | "tool_use" | null;
+                stop_sequence: string | null;
+            };
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message_delta";
+            usage: components["schemas"]["AnthropicUsage"];
+        };
+        AnthropicMessagesRequest: {
+            /**
+             * @description -2 to 2; 0 = off.
+             * @default 0
+             */
+            frequency_penalty?: number | null;
+            /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
+            max_completion_tokens?: number | null;
+            /** @description Most new tokens; default: up to the end of the context (--ctx). */
+            max_tokens?: number | null;
+            /** @description The conversation. */
+            messages: {
+                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
+                content: string | {
+                    text?: string;
+                    /** @enum {string} */
+                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
+                }[];
+                /** @enum {string} */
+                role: "user" | "assistant" | "system";
+            }[];
+            /** @description Accepted and ignored. */
+            metadata?: Record<string, never>;
+            /**
+             * @description Drop tokens below min_p times the top probability, in [0, 1).
+             * @default 0
+             */
+            min_p?: number | null;
+            /**
+             * @description Accepted for compatibility; the server answers with the one model it runs.
+             * @example x-mashbox-model-id
+             */
+            model?: string;
+            /** @description Must be 1. */
+            n?: number | null;
+            /** @description effort is accepted and ignored. Not supported: format (structured output), answered with 400. */
+            output_config?: {
+                effort?: string;
+                /** @description Not supported (structured output). */
+                format?: Record<string, never> | null;
+            };
+            /**
+             * @description -2 to 2; 0 = off.
+             * @default 0
+             */
+            presence_penalty?: number | null;
+            /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
+            prompt_cache_key?: string | null;
+            /**
+             * @description > 0; 1 = off.
+             * @default 1
+             */
+            repetition_penalty?: number | null;
+            /** @description Sampling seed; a random one when absent. */
+            seed?: number | null;
+            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            stop?: string | string[] | null;
+            /** @description Same as stop (Anthropic's name), used when stop is absent. */
+            stop_sequences?: string[] | null;
+            /**
+             * @description Stream the answer as server-sent events (see the 200 text/event-stream response). A client that reads nothing from the stream for 30 s is disconnected and its answer stops.
+             * @default false
+             */
+            stream?: boolean | null;
+            /** @description System prompt: a string or text blocks. */
+            system?: string | {
+                text: string;
+                /** @constant */
+                type: "text";
+            }[];
+            /**
+             * @description 0 = greedy (default). Up to 4.
+             * @default 0
+             */
+            temperature?: number | null;
+            /** @description Fields: type, budget_tokens. */
+            thinking?: {
+                budget_tokens?: number;
+                /** @enum {string} */
+                type: "enabled" | "disabled" | "adaptive";
+            };
+            /** @description {"type": "auto" | "any" | "tool" | "none", "name": ...}. */
+            tool_choice?: {
+                disable_parallel_tool_use?: boolean;
+                name?: string;
+                /** @enum {string} */
+                type: "auto" | "any" | "tool" | "none";
+            };
+            /** @description Client tools the model may call. */
+            tools?: Record<string, never>[];
+            /**
+             * @description Keep the k most likely tokens; 0 = off.
+             * @default 0
+             */
+            top_k?: number | null;
+            /**
+             * @description Nucleus sampling, in (0, 1].
+             * @default 1
+             */
+            top_p?: number | null;
+        };
+        AnthropicMessageStartEvent: {
+            message: components["schemas"]["AnthropicMessage"];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message_start";
+        };
+        AnthropicMessageStopEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message_stop";
+        };
+        AnthropicPingEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "ping";
+        };
+        /** @description One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name. */
+        AnthropicStreamEvent: components["schemas"]["AnthropicMessageStartEvent"] | components["schemas"]["AnthropicPingEvent"] | components["schemas"]["AnthropicContentBlockStartEvent"] | components["schemas"]["AnthropicContentBlockDeltaEvent"] | components["schemas"]["AnthropicContentBlockStopEvent"] | components["schemas"]["AnthropicMessageDeltaEvent"] | components["schemas"]["AnthropicMessageStopEvent"] | components["schemas"]["AnthropicErrorEvent"];
+        AnthropicTextBlock: {
+            text: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "text";
+        };
+        AnthropicThinkingBlock: {
+            /** @description mashbox-local (empty in content_block_start). */
+            signature: string;
+            thinking: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "thinking";
+        };
+        AnthropicTokenCount: {
+            /** @description Prompt tokens after the chat template. */
+            input_tokens: number;
+        };
+        AnthropicToolUseBlock: {
+            id: string;
+            /** @description Arguments ({} in content_block_start). */
+            input: Record<string, never>;
+            name: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "tool_use";
+        };
+        AnthropicUsage: {
+            /**
+             * @description Always 0.
+             * @constant
+             */
+            cache_creation_input_tokens?: 0;
+            /** @description Prompt tokens served from the prefix cache. */
+            cache_read_input_tokens?: number;
+            /** @description Prompt tokens not served from the prefix cache. */
+            input_tokens: number;
+            /** @description New tokens. */
+            output_tokens: number;
+        };
         ChatCompletion: {
             choices: {
                 /** @enum {string} */
                 finish_reason: "stop" | "length" | "tool_calls";
                 index: number;
-                logprobs?: null;
+                /** @description Always null: log probabilities are not supported. */
+                logprobs?: Record<string, never> | null;
                 message: {
                     content: string | null;
                     reasoning_content?: string | null;
@@ -288,7 +588,7 @@ export interface components {
             /** @constant */
             object: "chat.completion";
             system_fingerprint?: string;
-            timings?: components["schemas"]["ChatTimings"];
+            timings?: components["schemas"]["MashboxTimings"];
             usage: components["schemas"]["ChatUsage"];
         };
         /** @description One data: line. The stream ends with data: [DONE]. With stream_options.include_usage the last chunk has empty choices and usage. The chunk with the finish_reason, and the usage chunk, carry timings. */
@@ -313,7 +613,8 @@ export interface components {
                 /** @enum {string|null} */
                 finish_reason: "stop" | "length" | "tool_calls" | null;
                 index: number;
-                logprobs?: null;
+                /** @description Always null: log probabilities are not supported. */
+                logprobs?: Record<string, never> | null;
             }[];
             created: number;
             id: string;
@@ -321,7 +622,7 @@ export interface components {
             /** @constant */
             object: "chat.completion.chunk";
             system_fingerprint?: string;
-            timings?: components["schemas"]["ChatTimings"];
+            timings?: components["schemas"]["MashboxTimings"];
             usage?: components["schemas"]["ChatUsage"] | null;
         };
         ChatCompletionRequest: {
@@ -336,11 +637,8 @@ export interface components {
              * @default 0
              */
             frequency_penalty?: number | null;
-            /**
-             * @description Not supported (log probabilities): a request that sets it gets 400 naming the field.
-             * @enum {boolean|null}
-             */
-            logprobs?: false | null;
+            /** @description Not supported (log probabilities): a request that sets it gets 400 naming the field. false is accepted. */
+            logprobs?: boolean | null;
             /** @description Most new tokens (>= 1); max_tokens is the same. Default: up to the end of the context (--ctx). */
             max_completion_tokens?: number | null;
             /** @description Most new tokens (>= 1). */
@@ -419,7 +717,7 @@ export interface components {
              */
             top_k?: number | null;
             /** @description Not supported (log probabilities): a request that sets it gets 400 naming the field. */
-            top_logprobs?: null;
+            top_logprobs?: number | null;
             /**
              * @description Nucleus sampling, in (0, 1].
              * @default 1
@@ -427,7 +725,7 @@ export interface components {
             top_p?: number | null;
         };
         /** @description What one data: line of a chat stream carries (besides the final [DONE]). */
-        ChatCompletionStreamPayload: components["schemas"]["ChatCompletionChunk"] | components["schemas"]["StreamError"];
+        ChatCompletionStreamPayload: components["schemas"]["ChatCompletionChunk"] | components["schemas"]["OpenAIStreamError"];
         ChatMessage: {
             /** @description Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
             content?: string | {
@@ -453,25 +751,6 @@ export interface components {
                 type?: string;
             }[] | null;
         };
-        /** @description Server timings, the fields of llama-server's timings block. */
-        ChatTimings: {
-            /** @description Prompt tokens served from the prefix cache. */
-            cache_n: number;
-            /** @description Milliseconds from the first to the last new token. */
-            predicted_ms: number;
-            /** @description New tokens. */
-            predicted_n: number;
-            /** @description New tokens after the first, per second of predicted_ms. */
-            predicted_per_second?: number | null;
-            /** @description Milliseconds from the start of the run to the first new token. */
-            prompt_ms: number;
-            /** @description Prompt tokens prefilled (not served from the prefix cache). */
-            prompt_n: number;
-            /** @description prompt_n per second of prompt_ms. */
-            prompt_per_second?: number | null;
-            /** @description Milliseconds the request waited before it ran. */
-            queue_ms: number;
-        };
         ChatUsage: {
             completion_tokens: number;
             prompt_tokens: number;
@@ -480,229 +759,7 @@ export interface components {
             };
             total_tokens: number;
         };
-        /** @description Whole answer, or one data: line of a stream (no usage); the stream ends with data: [DONE]. */
-        Completion: {
-            choices: {
-                /** @enum {string|null} */
-                finish_reason: "stop" | "length" | null;
-                index: number;
-                logprobs?: null;
-                text: string;
-            }[];
-            created: number;
-            id: string;
-            model: string;
-            /** @constant */
-            object: "text_completion";
-            system_fingerprint?: string;
-            timings?: components["schemas"]["ChatTimings"];
-            usage?: {
-                completion_tokens: number;
-                prompt_tokens: number;
-                total_tokens: number;
-            };
-        };
-        CompletionRequest: {
-            /**
-             * @description -2 to 2; 0 = off.
-             * @default 0
-             */
-            frequency_penalty?: number | null;
-            /**
-             * @description Not supported (log probabilities): a request that sets it gets 400 naming the field. 0 (none) is accepted.
-             * @enum {integer|null}
-             */
-            logprobs?: 0 | null;
-            /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
-            max_completion_tokens?: number | null;
-            /** @description Most new tokens (>= 1). */
-            max_tokens?: number | null;
-            /**
-             * @description Accepted and ignored: every request joins the running batch at the next device call, and no request field changes how other requests are scheduled.
-             * @default true
-             */
-            merge?: boolean | null;
-            /**
-             * @description Drop tokens below min_p times the top probability, in [0, 1).
-             * @default 0
-             */
-            min_p?: number | null;
-            /**
-             * @description Accepted for compatibility; the server answers with the one model it runs.
-             * @example x-mashbox-model-id
-             */
-            model?: string;
-            /** @description Must be 1. */
-            n?: number | null;
-            /**
-             * @description -2 to 2; 0 = off.
-             * @default 0
-             */
-            presence_penalty?: number | null;
-            /** @description The text to continue (a string, or a list of one string); not empty. */
-            prompt: string | string[];
-            /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
-            prompt_cache_key?: string | null;
-            /**
-             * @description > 0; 1 = off.
-             * @default 1
-             */
-            repetition_penalty?: number | null;
-            /** @description Sampling seed; a random one when absent. */
-            seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
-            stop?: string | string[] | null;
-            /** @description Same as stop (Anthropic's name), used when stop is absent. */
-            stop_sequences?: string[] | null;
-            /**
-             * @description Stream the answer as server-sent events (see the 200 text/event-stream response). A client that reads nothing from the stream for 30 s is disconnected and its answer stops.
-             * @default false
-             */
-            stream?: boolean | null;
-            /**
-             * @description 0 = greedy (default). Up to 4.
-             * @default 0
-             */
-            temperature?: number | null;
-            /**
-             * @description Keep the k most likely tokens; 0 = off.
-             * @default 0
-             */
-            top_k?: number | null;
-            /**
-             * @description Nucleus sampling, in (0, 1].
-             * @default 1
-             */
-            top_p?: number | null;
-        };
-        /** @description What one data: line of a completions stream carries (besides the final [DONE]). */
-        CompletionStreamPayload: components["schemas"]["Completion"] | components["schemas"]["StreamError"];
-        /** @description text, thinking or tool_use. */
-        ContentBlock: components["schemas"]["ContentBlockText"] | components["schemas"]["ContentBlockThinking"] | components["schemas"]["ContentBlockToolUse"];
-        ContentBlockDeltaEvent: {
-            delta: {
-                text: string;
-                /** @constant */
-                type: "text_delta";
-            } | {
-                thinking: string;
-                /** @constant */
-                type: "thinking_delta";
-            } | {
-                signature: string;
-                /** @constant */
-                type: "signature_delta";
-            } | {
-                partial_json: string;
-                /** @constant */
-                type: "input_json_delta";
-            };
-            index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "content_block_delta";
-        };
-        ContentBlockStartEvent: {
-            content_block: components["schemas"]["ContentBlock"];
-            index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "content_block_start";
-        };
-        ContentBlockStopEvent: {
-            index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "content_block_stop";
-        };
-        ContentBlockText: {
-            text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "text";
-        };
-        ContentBlockThinking: {
-            /** @description mashbox-local (empty in content_block_start). */
-            signature: string;
-            thinking: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "thinking";
-        };
-        ContentBlockToolUse: {
-            id: string;
-            /** @description Arguments ({} in content_block_start). */
-            input: Record<string, never>;
-            name: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "tool_use";
-        };
-        ContentPart: components["schemas"]["OutputTextPart"] | components["schemas"]["ReasoningTextPart"];
-        CountTokensRequest: {
-            /** @description The conversation. */
-            messages: {
-                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-                content: string | {
-                    text?: string;
-                    /** @enum {string} */
-                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
-                }[];
-                /** @enum {string} */
-                role: "user" | "assistant" | "system";
-            }[];
-            /**
-             * @description Accepted for compatibility; the server answers with the one model it runs.
-             * @example x-mashbox-model-id
-             */
-            model?: string;
-            /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text: string;
-                /** @constant */
-                type: "text";
-            }[];
-            /** @description Fields: type, budget_tokens. */
-            thinking?: {
-                budget_tokens?: number;
-                /** @enum {string} */
-                type: "enabled" | "disabled" | "adaptive";
-            };
-            /** @description {"type": "auto" | "any" | "tool" | "none", "name": ...}. */
-            tool_choice?: {
-                disable_parallel_tool_use?: boolean;
-                name?: string;
-                /** @enum {string} */
-                type: "auto" | "any" | "tool" | "none";
-            };
-            /** @description Client tools the model may call. */
-            tools?: Record<string, never>[];
-        };
-        /** @description OpenAI error shape (all routes except /v1/messages*). */
-        Error: {
-            error: {
-                /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
-                code: string | null;
-                message: string;
-                /** @description The request field the error is about. */
-                param: string | null;
-                /** @example invalid_request_error */
-                type: string;
-            };
-        };
-        Health: {
+        MashboxHealth: {
             /** @description host_cache_bytes plus snapshot_bytes, each copy counted once. */
             cache_bytes?: number;
             /** @description Id of what cached prompts are valid for: model, weights, tokenizer, chat template and cache policy. */
@@ -745,183 +802,38 @@ export interface components {
             /** @description Times the worker was started again after a fault. */
             worker_restarts?: number;
         };
-        Message: {
-            content: components["schemas"]["ContentBlock"][];
-            id: string;
-            /** @description The model field of the request, else the model id. */
-            model: string;
-            /** @constant */
-            role: "assistant";
-            /**
-             * @description end_turn, max_tokens, stop_sequence or tool_use; null in message_start.
-             * @enum {string|null}
-             */
-            stop_reason: "end_turn" | "max_tokens" | "stop_sequence" | "tool_use" | null;
-            /** @description The stop sequence that ended the text. */
-            stop_sequence: string | null;
-            /** @constant */
-            type: "message";
-            usage: components["schemas"]["MessageUsage"];
-        };
-        MessageDeltaEvent: {
-            delta: {
-                /** @enum {string|null} */
-                stop_reason: "end_turn" | "max_tokens" | "stop_sequence" | "tool_use" | null;
-                stop_sequence: string | null;
-            };
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "message_delta";
-            usage: components["schemas"]["MessageUsage"];
-        };
-        /** @description Ends a stream that failed after it started. */
-        MessageErrorEvent: {
-            error: {
-                message: string;
-                /** @enum {string} */
-                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "api_error" | "overloaded_error";
-            };
-            request_id?: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "error";
-        };
-        MessagesRequest: {
-            /**
-             * @description -2 to 2; 0 = off.
-             * @default 0
-             */
-            frequency_penalty?: number | null;
-            /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
-            max_completion_tokens?: number | null;
-            /** @description Most new tokens; default: up to the end of the context (--ctx). */
-            max_tokens?: number | null;
-            /** @description The conversation. */
-            messages: {
-                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-                content: string | {
-                    text?: string;
-                    /** @enum {string} */
-                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
-                }[];
-                /** @enum {string} */
-                role: "user" | "assistant" | "system";
-            }[];
-            /** @description Accepted and ignored. */
-            metadata?: Record<string, never>;
-            /**
-             * @description Drop tokens below min_p times the top probability, in [0, 1).
-             * @default 0
-             */
-            min_p?: number | null;
-            /**
-             * @description Accepted for compatibility; the server answers with the one model it runs.
-             * @example x-mashbox-model-id
-             */
-            model?: string;
-            /** @description Must be 1. */
-            n?: number | null;
-            /** @description effort is accepted and ignored. Not supported: format (structured output), answered with 400. */
-            output_config?: {
-                effort?: string;
-                /** @description Not supported (structured output). */
-                format?: null;
-            };
-            /**
-             * @description -2 to 2; 0 = off.
-             * @default 0
-             */
-            presence_penalty?: number | null;
-            /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
-            prompt_cache_key?: string | null;
-            /**
-             * @description > 0; 1 = off.
-             * @default 1
-             */
-            repetition_penalty?: number | null;
-            /** @description Sampling seed; a random one when absent. */
-            seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
-            stop?: string | string[] | null;
-            /** @description Same as stop (Anthropic's name), used when stop is absent. */
-            stop_sequences?: string[] | null;
-            /**
-             * @description Stream the answer as server-sent events (see the 200 text/event-stream response). A client that reads nothing from the stream for 30 s is disconnected and its answer stops.
-             * @default false
-             */
-            stream?: boolean | null;
-            /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text: string;
-                /** @constant */
-                type: "text";
-            }[];
-            /**
-             * @description 0 = greedy (default). Up to 4.
-             * @default 0
-             */
-            temperature?: number | null;
-            /** @description Fields: type, budget_tokens. */
-            thinking?: {
-                budget_tokens?: number;
-                /** @enum {string} */
-                type: "enabled" | "disabled" | "adaptive";
-            };
-            /** @description {"type": "auto" | "any" | "tool" | "none", "name": ...}. */
-            tool_choice?: {
-                disable_parallel_tool_use?: boolean;
-                name?: string;
-                /** @enum {string} */
-                type: "auto" | "any" | "tool" | "none";
-            };
-            /** @description Client tools the model may call. */
-            tools?: Record<string, never>[];
-            /**
-             * @description Keep the k most likely tokens; 0 = off.
-             * @default 0
-             */
-            top_k?: number | null;
-            /**
-             * @description Nucleus sampling, in (0, 1].
-             * @default 1
-             */
-            top_p?: number | null;
-        };
-        MessageStartEvent: {
-            message: components["schemas"]["Message"];
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "message_start";
-        };
-        MessageStopEvent: {
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "message_stop";
-        };
-        /** @description One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name. */
-        MessageStreamEvent: components["schemas"]["MessageStartEvent"] | components["schemas"]["PingEvent"] | components["schemas"]["ContentBlockStartEvent"] | components["schemas"]["ContentBlockDeltaEvent"] | components["schemas"]["ContentBlockStopEvent"] | components["schemas"]["MessageDeltaEvent"] | components["schemas"]["MessageStopEvent"] | components["schemas"]["MessageErrorEvent"];
-        MessageUsage: {
-            /**
-             * @description Always 0.
-             * @constant
-             */
-            cache_creation_input_tokens?: 0;
+        /** @description Server timings, the fields of llama-server's timings block. */
+        MashboxTimings: {
             /** @description Prompt tokens served from the prefix cache. */
-            cache_read_input_tokens?: number;
-            /** @description Prompt tokens not served from the prefix cache. */
-            input_tokens: number;
+            cache_n: number;
+            /** @description Milliseconds from the first to the last new token. */
+            predicted_ms: number;
             /** @description New tokens. */
-            output_tokens: number;
+            predicted_n: number;
+            /** @description New tokens after the first, per second of predicted_ms. */
+            predicted_per_second?: number | null;
+            /** @description Milliseconds from the start of the run to the first new token. */
+            prompt_ms: number;
+            /** @description Prompt tokens prefilled (not served from the prefix cache). */
+            prompt_n: number;
+            /** @description prompt_n per second of prompt_ms. */
+            prompt_per_second?: number | null;
+            /** @description Milliseconds the request waited before it ran. */
+            queue_ms: number;
         };
-        Model: {
+        /** @description OpenAI error shape (all routes except /v1/messages*). */
+        OpenAIError: {
+            error: {
+                /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
+                code: string | null;
+                message: string;
+                /** @description The request field the error is about. */
+                param: string | null;
+                /** @example invalid_request_error */
+                type: string;
+            };
+        };
+        OpenAIModel: {
             /** @description Bits per weight of the weights file. */
             bpw?: number;
             /** @description Host memory for saved prompt states (--cache-ram). */
@@ -951,64 +863,27 @@ export interface components {
             /** @description Weights file loaded. */
             weights?: string;
         };
-        ModelList: {
-            data: components["schemas"]["Model"][];
+        OpenAIModelList: {
+            data: components["schemas"]["OpenAIModel"][];
             /** @constant */
             object: "list";
         };
-        OutputTextPart: {
-            annotations?: unknown[];
-            text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "output_text";
+        /** @description data: payload that ends an OpenAI Chat or Completions stream that failed after sending output. */
+        OpenAIStreamError: {
+            error: {
+                /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
+                code: string | null;
+                message: string;
+                /** @description The request field the error is about. */
+                param: string | null;
+                /** @example invalid_request_error */
+                type: string;
+            };
+            /** @description The response id. */
+            request_id?: string;
         };
-        PingEvent: {
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "ping";
-        };
-        ReasoningTextPart: {
-            text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
-            type: "reasoning_text";
-        };
-        Response: {
-            created_at: number;
-            error?: {
-                code?: string;
-                message?: string;
-            } | null;
-            id: string;
-            incomplete_details?: {
-                /** @enum {string} */
-                reason?: "max_output_tokens" | "content_filter";
-            } | null;
-            /** @description The model field of the request, else the model id. */
-            model: string;
-            /** @constant */
-            object: "response";
-            output: components["schemas"]["ResponseItem"][];
-            parallel_tool_calls?: boolean;
-            /**
-             * @description completed, or incomplete when max_output_tokens ran out; in_progress and failed only in stream events.
-             * @enum {string}
-             */
-            status: "in_progress" | "completed" | "incomplete" | "failed";
-            tool_choice?: string | Record<string, never>;
-            tools?: unknown[];
-            /** @description null while in progress. */
-            usage: components["schemas"]["ResponseUsage"] | null;
-        };
-        ResponseCompletedEvent: {
-            response: components["schemas"]["Response"];
+        ResponsesCompletedEvent: {
+            response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1017,11 +892,12 @@ export interface components {
              */
             type: "response.completed";
         };
-        ResponseContentPartAddedEvent: {
+        ResponsesContentPart: components["schemas"]["ResponsesOutputTextPart"] | components["schemas"]["ResponsesReasoningTextPart"];
+        ResponsesContentPartAddedEvent: {
             content_index: number;
             item_id: string;
             output_index: number;
-            part: components["schemas"]["ContentPart"];
+            part: components["schemas"]["ResponsesContentPart"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1030,11 +906,11 @@ export interface components {
              */
             type: "response.content_part.added";
         };
-        ResponseContentPartDoneEvent: {
+        ResponsesContentPartDoneEvent: {
             content_index: number;
             item_id: string;
             output_index: number;
-            part: components["schemas"]["ContentPart"];
+            part: components["schemas"]["ResponsesContentPart"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1043,8 +919,8 @@ export interface components {
              */
             type: "response.content_part.done";
         };
-        ResponseCreatedEvent: {
-            response: components["schemas"]["Response"];
+        ResponsesCreatedEvent: {
+            response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1053,7 +929,7 @@ export interface components {
              */
             type: "response.created";
         };
-        ResponseCustomToolCallInputDeltaEvent: {
+        ResponsesCustomToolCallInputDeltaEvent: {
             delta: string;
             item_id: string;
             output_index: number;
@@ -1065,7 +941,7 @@ export interface components {
              */
             type: "response.custom_tool_call_input.delta";
         };
-        ResponseCustomToolCallInputDoneEvent: {
+        ResponsesCustomToolCallInputDoneEvent: {
             input: string;
             item_id: string;
             output_index: number;
@@ -1077,7 +953,7 @@ export interface components {
              */
             type: "response.custom_tool_call_input.done";
         };
-        ResponseCustomToolCallItem: {
+        ResponsesCustomToolCallItem: {
             /** @description Call id to answer with a custom_tool_call_output item. */
             call_id: string;
             id: string;
@@ -1092,7 +968,7 @@ export interface components {
              */
             type: "custom_tool_call";
         };
-        ResponseErrorEvent: {
+        ResponsesErrorEvent: {
             code: string | null;
             message: string;
             param?: string | null;
@@ -1106,8 +982,8 @@ export interface components {
              */
             type: "error";
         };
-        ResponseFailedEvent: {
-            response: components["schemas"]["Response"];
+        ResponsesFailedEvent: {
+            response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1116,7 +992,7 @@ export interface components {
              */
             type: "response.failed";
         };
-        ResponseFunctionCallArgumentsDeltaEvent: {
+        ResponsesFunctionCallArgumentsDeltaEvent: {
             delta: string;
             item_id: string;
             output_index: number;
@@ -1128,7 +1004,7 @@ export interface components {
              */
             type: "response.function_call_arguments.delta";
         };
-        ResponseFunctionCallArgumentsDoneEvent: {
+        ResponsesFunctionCallArgumentsDoneEvent: {
             arguments: string;
             item_id: string;
             name: string;
@@ -1141,7 +1017,7 @@ export interface components {
              */
             type: "response.function_call_arguments.done";
         };
-        ResponseFunctionCallItem: {
+        ResponsesFunctionCallItem: {
             /** @description JSON text. */
             arguments: string;
             /** @description Call id to answer with a function_call_output item. */
@@ -1158,8 +1034,8 @@ export interface components {
              */
             type: "function_call";
         };
-        ResponseIncompleteEvent: {
-            response: components["schemas"]["Response"];
+        ResponsesIncompleteEvent: {
+            response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1168,8 +1044,8 @@ export interface components {
              */
             type: "response.incomplete";
         };
-        ResponseInProgressEvent: {
-            response: components["schemas"]["Response"];
+        ResponsesInProgressEvent: {
+            response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             /**
@@ -1178,10 +1054,8 @@ export interface components {
              */
             type: "response.in_progress";
         };
-        /** @description message, reasoning, function_call or custom_tool_call. */
-        ResponseItem: components["schemas"]["ResponseMessageItem"] | components["schemas"]["ResponseReasoningItem"] | components["schemas"]["ResponseFunctionCallItem"] | components["schemas"]["ResponseCustomToolCallItem"];
-        ResponseMessageItem: {
-            content: components["schemas"]["OutputTextPart"][];
+        ResponsesMessageItem: {
+            content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
             /** @constant */
             role: "assistant";
@@ -1193,8 +1067,10 @@ export interface components {
              */
             type: "message";
         };
-        ResponseOutputItemAddedEvent: {
-            item: components["schemas"]["ResponseItem"];
+        /** @description message, reasoning, function_call or custom_tool_call. */
+        ResponsesOutputItem: components["schemas"]["ResponsesMessageItem"] | components["schemas"]["ResponsesReasoningItem"] | components["schemas"]["ResponsesFunctionCallItem"] | components["schemas"]["ResponsesCustomToolCallItem"];
+        ResponsesOutputItemAddedEvent: {
+            item: components["schemas"]["ResponsesOutputItem"];
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
@@ -1204,8 +1080,8 @@ export interface components {
              */
             type: "response.output_item.added";
         };
-        ResponseOutputItemDoneEvent: {
-            item: components["schemas"]["ResponseItem"];
+        ResponsesOutputItemDoneEvent: {
+            item: components["schemas"]["ResponsesOutputItem"];
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
@@ -1215,7 +1091,7 @@ export interface components {
              */
             type: "response.output_item.done";
         };
-        ResponseOutputTextDeltaEvent: {
+        ResponsesOutputTextDeltaEvent: {
             content_index: number;
             delta: string;
             item_id: string;
@@ -1228,7 +1104,7 @@ export interface components {
              */
             type: "response.output_text.delta";
         };
-        ResponseOutputTextDoneEvent: {
+        ResponsesOutputTextDoneEvent: {
             content_index: number;
             item_id: string;
             output_index: number;
@@ -1241,20 +1117,30 @@ export interface components {
              */
             type: "response.output_text.done";
         };
-        ResponseReasoningItem: {
-            content?: components["schemas"]["ReasoningTextPart"][];
+        ResponsesOutputTextPart: {
+            /** @description Always empty. */
+            annotations?: Record<string, never>[];
+            text: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "output_text";
+        };
+        ResponsesReasoningItem: {
+            content?: components["schemas"]["ResponsesReasoningTextPart"][];
             id: string;
             /** @enum {string} */
             status?: "in_progress" | "completed" | "incomplete";
             /** @description Always empty. */
-            summary: unknown[];
+            summary: Record<string, never>[];
             /**
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
              */
             type: "reasoning";
         };
-        ResponseReasoningTextDeltaEvent: {
+        ResponsesReasoningTextDeltaEvent: {
             content_index: number;
             delta: string;
             item_id: string;
@@ -1267,7 +1153,7 @@ export interface components {
              */
             type: "response.reasoning_text.delta";
         };
-        ResponseReasoningTextDoneEvent: {
+        ResponsesReasoningTextDoneEvent: {
             content_index: number;
             item_id: string;
             output_index: number;
@@ -1280,6 +1166,14 @@ export interface components {
              */
             type: "response.reasoning_text.done";
         };
+        ResponsesReasoningTextPart: {
+            text: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "reasoning_text";
+        };
         ResponsesRequest: {
             /** @description Accepted and ignored. */
             client_metadata?: Record<string, never> | null;
@@ -1291,7 +1185,7 @@ export interface components {
             /** @description Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported). */
             include?: string[] | null;
             /** @description A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            input: string | ({
+            input: string | {
                 content?: string | {
                     text?: string;
                     /** @enum {string} */
@@ -1301,7 +1195,7 @@ export interface components {
                 role?: "system" | "developer" | "user" | "assistant";
                 /** @enum {string} */
                 type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning";
-            } | unknown | unknown)[];
+            }[];
             /** @description System prompt. */
             instructions?: string | null;
             /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
@@ -1391,16 +1285,43 @@ export interface components {
              */
             top_k?: number | null;
             /** @description Not supported (log probabilities): a request that sets it gets 400 naming the field. */
-            top_logprobs?: null;
+            top_logprobs?: number | null;
             /**
              * @description Nucleus sampling, in (0, 1].
              * @default 1
              */
             top_p?: number | null;
         };
+        ResponsesResponse: {
+            created_at: number;
+            error?: {
+                code?: string;
+                message?: string;
+            } | null;
+            id: string;
+            incomplete_details?: {
+                /** @enum {string} */
+                reason?: "max_output_tokens" | "content_filter";
+            } | null;
+            /** @description The model field of the request, else the model id. */
+            model: string;
+            /** @constant */
+            object: "response";
+            output: components["schemas"]["ResponsesOutputItem"][];
+            parallel_tool_calls?: boolean;
+            /**
+             * @description completed, or incomplete when max_output_tokens ran out; in_progress and failed only in stream events.
+             * @enum {string}
+             */
+            status: "in_progress" | "completed" | "incomplete" | "failed";
+            tool_choice?: string | Record<string, never>;
+            tools?: Record<string, never>[];
+            /** @description null while in progress. */
+            usage: components["schemas"]["ResponsesUsage"] | null;
+        };
         /** @description One event: + data: pair; type is the same as the SSE event name. An error after the stream started is sent as event error, then response.failed (the response with status failed and its error). */
-        ResponseStreamEvent: components["schemas"]["ResponseCreatedEvent"] | components["schemas"]["ResponseInProgressEvent"] | components["schemas"]["ResponseCompletedEvent"] | components["schemas"]["ResponseFailedEvent"] | components["schemas"]["ResponseIncompleteEvent"] | components["schemas"]["ResponseOutputItemAddedEvent"] | components["schemas"]["ResponseOutputItemDoneEvent"] | components["schemas"]["ResponseContentPartAddedEvent"] | components["schemas"]["ResponseContentPartDoneEvent"] | components["schemas"]["ResponseOutputTextDeltaEvent"] | components["schemas"]["ResponseOutputTextDoneEvent"] | components["schemas"]["ResponseFunctionCallArgumentsDeltaEvent"] | components["schemas"]["ResponseFunctionCallArgumentsDoneEvent"] | components["schemas"]["ResponseReasoningTextDeltaEvent"] | components["schemas"]["ResponseReasoningTextDoneEvent"] | components["schemas"]["ResponseCustomToolCallInputDeltaEvent"] | components["schemas"]["ResponseCustomToolCallInputDoneEvent"] | components["schemas"]["ResponseErrorEvent"];
-        ResponseUsage: {
+        ResponsesStreamEvent: components["schemas"]["ResponsesCreatedEvent"] | components["schemas"]["ResponsesInProgressEvent"] | components["schemas"]["ResponsesCompletedEvent"] | components["schemas"]["ResponsesFailedEvent"] | components["schemas"]["ResponsesIncompleteEvent"] | components["schemas"]["ResponsesOutputItemAddedEvent"] | components["schemas"]["ResponsesOutputItemDoneEvent"] | components["schemas"]["ResponsesContentPartAddedEvent"] | components["schemas"]["ResponsesContentPartDoneEvent"] | components["schemas"]["ResponsesOutputTextDeltaEvent"] | components["schemas"]["ResponsesOutputTextDoneEvent"] | components["schemas"]["ResponsesFunctionCallArgumentsDeltaEvent"] | components["schemas"]["ResponsesFunctionCallArgumentsDoneEvent"] | components["schemas"]["ResponsesReasoningTextDeltaEvent"] | components["schemas"]["ResponsesReasoningTextDoneEvent"] | components["schemas"]["ResponsesCustomToolCallInputDeltaEvent"] | components["schemas"]["ResponsesCustomToolCallInputDoneEvent"] | components["schemas"]["ResponsesErrorEvent"];
+        ResponsesUsage: {
             input_tokens: number;
             input_tokens_details: {
                 cached_tokens: number;
@@ -1411,24 +1332,101 @@ export interface components {
             };
             total_tokens: number;
         };
-        /** @description data: payload that ends an OpenAI Chat or Completions stream that failed after sending output. */
-        StreamError: {
-            error: {
-                /** @description Catalog code (src/errors.ts), e.g. model_not_found. */
-                code: string | null;
-                message: string;
-                /** @description The request field the error is about. */
-                param: string | null;
-                /** @example invalid_request_error */
-                type: string;
+        /** @description Whole answer, or one data: line of a stream (no usage); the stream ends with data: [DONE]. */
+        TextCompletion: {
+            choices: {
+                /** @enum {string|null} */
+                finish_reason: "stop" | "length" | null;
+                index: number;
+                /** @description Always null: log probabilities are not supported. */
+                logprobs?: Record<string, never> | null;
+                text: string;
+            }[];
+            created: number;
+            id: string;
+            model: string;
+            /** @constant */
+            object: "text_completion";
+            system_fingerprint?: string;
+            timings?: components["schemas"]["MashboxTimings"];
+            usage?: {
+                completion_tokens: number;
+                prompt_tokens: number;
+                total_tokens: number;
             };
-            /** @description The response id. */
-            request_id?: string;
         };
-        TokenCount: {
-            /** @description Prompt tokens after the chat template. */
-            input_tokens: number;
+        TextCompletionRequest: {
+            /**
+             * @description -2 to 2; 0 = off.
+             * @default 0
+             */
+            frequency_penalty?: number | null;
+            /** @description Not supported (log probabilities): a request that sets it gets 400 naming the field. 0 (none) is accepted. */
+            logprobs?: number | null;
+            /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
+            max_completion_tokens?: number | null;
+            /** @description Most new tokens (>= 1). */
+            max_tokens?: number | null;
+            /**
+             * @description Accepted and ignored: every request joins the running batch at the next device call, and no request field changes how other requests are scheduled.
+             * @default true
+             */
+            merge?: boolean | null;
+            /**
+             * @description Drop tokens below min_p times the top probability, in [0, 1).
+             * @default 0
+             */
+            min_p?: number | null;
+            /**
+             * @description Accepted for compatibility; the server answers with the one model it runs.
+             * @example x-mashbox-model-id
+             */
+            model?: string;
+            /** @description Must be 1. */
+            n?: number | null;
+            /**
+             * @description -2 to 2; 0 = off.
+             * @default 0
+             */
+            presence_penalty?: number | null;
+            /** @description The text to continue (a string, or a list of one string); not empty. */
+            prompt: string | string[];
+            /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
+            prompt_cache_key?: string | null;
+            /**
+             * @description > 0; 1 = off.
+             * @default 1
+             */
+            repetition_penalty?: number | null;
+            /** @description Sampling seed; a random one when absent. */
+            seed?: number | null;
+            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            stop?: string | string[] | null;
+            /** @description Same as stop (Anthropic's name), used when stop is absent. */
+            stop_sequences?: string[] | null;
+            /**
+             * @description Stream the answer as server-sent events (see the 200 text/event-stream response). A client that reads nothing from the stream for 30 s is disconnected and its answer stops.
+             * @default false
+             */
+            stream?: boolean | null;
+            /**
+             * @description 0 = greedy (default). Up to 4.
+             * @default 0
+             */
+            temperature?: number | null;
+            /**
+             * @description Keep the k most likely tokens; 0 = off.
+             * @default 0
+             */
+            top_k?: number | null;
+            /**
+             * @description Nucleus sampling, in (0, 1].
+             * @default 1
+             */
+            top_p?: number | null;
         };
+        /** @description What one data: line of a completions stream carries (besides the final [DONE]). */
+        TextCompletionStreamPayload: components["schemas"]["TextCompletion"] | components["schemas"]["OpenAIStreamError"];
     };
     responses: {
         /** @description Bad request (as BadRequest, in the Anthropic shape). */
@@ -1464,6 +1462,15 @@ export interface components {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
                 "x-should-retry": components["headers"]["XShouldRetry"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["AnthropicError"];
+            };
+        };
+        /** @description The request body is over the server's limit (--body-limit, default 8 MiB): request_too_large. */
+        AnthropicPayloadTooLarge: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -1513,7 +1520,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description A request from a web page of another origin, or naming the server by a host name it does not answer to. */
@@ -1522,7 +1529,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description The model is still loading. Retry after the Retry-After header's seconds. */
@@ -1532,7 +1539,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description The path exists but does not answer this method; every path of this document answers 405 to the methods it does not list. */
@@ -1542,7 +1549,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description A model id other than the one this server serves (GET /v1/models), code model_not_found. Leaving model out is accepted. */
@@ -1551,7 +1558,16 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
+            };
+        };
+        /** @description The request body is over the server's limit (--body-limit, default 8 MiB). */
+        PayloadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description The request failed on the device: its one retry failed too, or it failed after its stream had sent output (a stream then ends with the route's error event instead, carrying the response id as request_id). */
@@ -1560,7 +1576,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description Too many requests are waiting for a slot: 32 of yours (per tenant), or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds. */
@@ -1570,7 +1586,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>). */
@@ -1579,7 +1595,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
         /** @description The POST body is not Content-Type: application/json. */
@@ -1588,7 +1604,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["OpenAIError"];
             };
         };
     };
@@ -1621,7 +1637,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                     "text/html": string;
                 };
             };
@@ -1633,7 +1649,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
         };
@@ -1653,7 +1669,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
             403: components["responses"]["Forbidden"];
@@ -1664,7 +1680,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
         };
@@ -1755,6 +1771,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["ModelNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
@@ -1770,7 +1787,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["CompletionRequest"];
+                "application/json": components["schemas"]["TextCompletionRequest"];
             };
         };
         responses: {
@@ -1780,9 +1797,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Completion"];
+                    "application/json": components["schemas"]["TextCompletion"];
                     "text/event-stream": {
-                        /** @description A JSON-encoded CompletionStreamPayload, or [DONE] at the end. */
+                        /** @description A JSON-encoded TextCompletionStreamPayload, or [DONE] at the end. */
                         data: string;
                         /** @description Not sent (data-only stream). */
                         event?: string;
@@ -1796,6 +1813,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["ModelNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
@@ -1817,7 +1835,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -1829,7 +1847,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
         };
@@ -1885,7 +1903,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["MessagesRequest"];
+                "application/json": components["schemas"]["AnthropicMessagesRequest"];
             };
         };
         responses: {
@@ -1895,9 +1913,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Message"];
+                    "application/json": components["schemas"]["AnthropicMessage"];
                     "text/event-stream": {
-                        /** @description A JSON-encoded MessageStreamEvent. */
+                        /** @description A JSON-encoded AnthropicStreamEvent. */
                         data: string;
                         /** @description The payload's type. */
                         event: string;
@@ -1910,6 +1928,7 @@ export interface operations {
             401: components["responses"]["AnthropicUnauthorized"];
             403: components["responses"]["AnthropicForbidden"];
             405: components["responses"]["AnthropicMethodNotAllowed"];
+            413: components["responses"]["AnthropicPayloadTooLarge"];
             415: components["responses"]["AnthropicUnsupportedMediaType"];
             429: components["responses"]["AnthropicTooManyRequests"];
             500: components["responses"]["AnthropicServerError"];
@@ -1928,7 +1947,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["CountTokensRequest"];
+                "application/json": components["schemas"]["AnthropicCountTokensRequest"];
             };
         };
         responses: {
@@ -1938,13 +1957,14 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TokenCount"];
+                    "application/json": components["schemas"]["AnthropicTokenCount"];
                 };
             };
             400: components["responses"]["AnthropicBadRequest"];
             401: components["responses"]["AnthropicUnauthorized"];
             403: components["responses"]["AnthropicForbidden"];
             405: components["responses"]["AnthropicMethodNotAllowed"];
+            413: components["responses"]["AnthropicPayloadTooLarge"];
             415: components["responses"]["AnthropicUnsupportedMediaType"];
             500: components["responses"]["AnthropicServerError"];
             529: components["responses"]["AnthropicOverloaded"];
@@ -1965,7 +1985,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelList"];
+                    "application/json": components["schemas"]["OpenAIModelList"];
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -1994,7 +2014,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Model"];
+                    "application/json": components["schemas"]["OpenAIModel"];
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -2005,7 +2025,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Error"];
+                    "application/json": components["schemas"]["OpenAIError"];
                 };
             };
             405: components["responses"]["MethodNotAllowed"];
@@ -2030,9 +2050,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Response"];
+                    "application/json": components["schemas"]["ResponsesResponse"];
                     "text/event-stream": {
-                        /** @description A JSON-encoded ResponseStreamEvent. */
+                        /** @description A JSON-encoded ResponsesStreamEvent. */
                         data: string;
                         /** @description The payload's type. */
                         event: string;
@@ -2046,6 +2066,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["ModelNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];

@@ -2,6 +2,7 @@
 // except on /v1/messages* (Anthropic shape), with Retry-After / x-should-retry where due.
 import type Koa from "koa";
 import { ApiError, badField, unsupported, type ErrorDialect } from "../errors.js";
+import { UNSUPPORTED_KEYWORD } from "../contract/unsupported.js";
 
 export function dialectOf(path: string): ErrorDialect {
   return path === "/v1/messages" || path.startsWith("/v1/messages/") ? "anthropic" : "openai";
@@ -61,6 +62,7 @@ export function requestValidationError(errors: AjvError[] | null | undefined, re
     return badField(field, "is required");
   }
   if (!field) return new ApiError("invalid_request", `request body: ${e.message ?? "is invalid"}`);
+  if (e.keyword === UNSUPPORTED_KEYWORD) return unsupported(field, String(e.params.reason));
   const top = field.split(/[.[]/)[0];
   const description: unknown = requestSchema?.properties?.[top]?.description;
   if (field === top && typeof description === "string" && /^not supported/i.test(description)) {

@@ -37,10 +37,10 @@ describe("contract: openapi.json", () => {
     const resolve = (r: any) => (r.$ref ? doc.components.responses[r.$ref.split("/").pop()] : r);
     for (const [id, o] of Object.entries(operations)) {
       const op = doc.paths[o.path][o.method.toLowerCase()];
-      const want = o.dialect === "anthropic" ? "#/components/schemas/AnthropicError" : "#/components/schemas/Error";
+      const want = o.dialect === "anthropic" ? "#/components/schemas/AnthropicError" : "#/components/schemas/OpenAIError";
       for (const [status, r] of Object.entries<any>(op.responses)) {
         const schema = resolve(r).content?.["application/json"]?.schema?.$ref;
-        if (Number(status) >= 400 && schema && !schema.endsWith("/Health")) expect(schema, `${id} ${status}`).to.equal(want);
+        if (Number(status) >= 400 && schema && !schema.endsWith("/MashboxHealth")) expect(schema, `${id} ${status}`).to.equal(want);
       }
     }
   });
@@ -81,16 +81,17 @@ describe("contract: openapi.json", () => {
   it("has every schema the spec names, and one per Responses stream event", () => {
     const names = Object.keys(doc.components.schemas);
     expect(names).to.include.members([
-      "Health", "Model", "ModelList", "Error", "AnthropicError", "ChatMessage", "ChatCompletion", "ChatCompletionChunk", "ChatTimings",
-      "ChatUsage", "Completion", "Message", "ContentBlock", "MessageUsage", "MessageStreamEvent", "TokenCount", "Response", "ResponseItem",
-      "ResponseStreamEvent", "ChatCompletionRequest", "CompletionRequest", "MessagesRequest", "CountTokensRequest", "ResponsesRequest",
+      "MashboxHealth", "OpenAIModel", "OpenAIModelList", "OpenAIError", "AnthropicError", "ChatMessage", "ChatCompletion", "ChatCompletionChunk",
+      "MashboxTimings", "ChatUsage", "TextCompletion", "AnthropicMessage", "AnthropicContentBlock", "AnthropicUsage", "AnthropicStreamEvent",
+      "AnthropicTokenCount", "ResponsesResponse", "ResponsesOutputItem", "ResponsesStreamEvent", "ChatCompletionRequest", "TextCompletionRequest",
+      "AnthropicMessagesRequest", "AnthropicCountTokensRequest", "ResponsesRequest",
     ]);
     const events = readFileSync(join(SPEC_DIR, "responses-stream-events.txt"), "utf8");
     const specEvents = new Set([...events.matchAll(/^`event: ([a-z_.]+)` chunk object$/gm)].map((m) => m[1]));
     expect(specEvents.size).to.equal(15);
-    const mapping = doc.components.schemas.ResponseStreamEvent.discriminator.mapping;
+    const mapping = doc.components.schemas.ResponsesStreamEvent.discriminator.mapping;
     for (const event of specEvents) expect(mapping, event).to.have.property(event);
-    expect(doc.components.schemas.ResponseStreamEvent.oneOf).to.have.length(Object.keys(mapping).length);
+    expect(doc.components.schemas.ResponsesStreamEvent.oneOf).to.have.length(Object.keys(mapping).length);
   });
 
   it("marks the model id placeholders, and fillModelId fills every one", () => {
@@ -102,7 +103,7 @@ describe("contract: openapi.json", () => {
     expect(note).to.be.an("object");
     expect(JSON.stringify(rest)).to.not.include(MODEL_ID_PLACEHOLDER);
     expect(filled.paths["/v1/models/{model}"].get.parameters[0].example).to.equal("smollm2-135m");
-    expect(filled.components.schemas.Model.properties.id.examples).to.deep.equal(["smollm2-135m"]);
+    expect(filled.components.schemas.OpenAIModel.properties.id.examples).to.deep.equal(["smollm2-135m"]);
     expect(filled["x-mashbox-model-id"].placeholder).to.equal(MODEL_ID_PLACEHOLDER);
     expect(doc.paths["/v1/models/{model}"].get.parameters[0].example, "the input is not modified").to.equal(MODEL_ID_PLACEHOLDER);
   });

@@ -127,7 +127,7 @@ describe("server routes", function () {
     expect(doc.openapi).to.match(/^3\.1/);
     const text = JSON.stringify(doc);
     expect(text).to.include('"test-model"');
-    expect(doc.components.schemas.Model.properties.id.examples).to.deep.equal(["test-model"]);
+    expect(doc.components.schemas.OpenAIModel.properties.id.examples).to.deep.equal(["test-model"]);
   });
 
   it("accepts and ignores unknown request fields; counts the generation in /metrics", async () => {

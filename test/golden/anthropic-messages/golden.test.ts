@@ -43,8 +43,8 @@ describe("golden: anthropic-messages", () => {
 
       it("every output matches openapi.json (Message, MessageStreamEvent / AnthropicError)", () => {
         if (golden.response.status) expect(schemaErrors("AnthropicError", golden.response.error)).to.equal(null);
-        else expect(schemaErrors("Message", golden.response)).to.equal(null);
-        for (const f of golden.stream) expect(schemaErrors("MessageStreamEvent", f.data), f.event).to.equal(null);
+        else expect(schemaErrors("AnthropicMessage", golden.response)).to.equal(null);
+        for (const f of golden.stream) expect(schemaErrors("AnthropicStreamEvent", f.data), f.event).to.equal(null);
       });
 
       it("stream invariants: names match types, blocks open and close in order, deltas rebuild the message", () => {

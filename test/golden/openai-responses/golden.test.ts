@@ -41,9 +41,9 @@ describe("golden: openai-responses", () => {
       });
 
       it("every output matches openapi.json (Response, ResponseStreamEvent / Error)", () => {
-        if (golden.response.status === 500) expect(schemaErrors("Error", golden.response.error)).to.equal(null);
-        else expect(schemaErrors("Response", golden.response)).to.equal(null);
-        for (const f of golden.stream) expect(schemaErrors("ResponseStreamEvent", f.data), f.event).to.equal(null);
+        if (golden.response.status === 500) expect(schemaErrors("OpenAIError", golden.response.error)).to.equal(null);
+        else expect(schemaErrors("ResponsesResponse", golden.response)).to.equal(null);
+        for (const f of golden.stream) expect(schemaErrors("ResponsesStreamEvent", f.data), f.event).to.equal(null);
       });
 
       it("stream invariants: sequence 0,1,2…, names match types, output_item.done items rebuild the output", () => {
