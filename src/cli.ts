@@ -217,7 +217,7 @@ async function cmdRun(args: string[]): Promise<number> {
   try {
     if (ref.kind === "registry" && !ref.present) await pull(ref.entry);
     const { createEngine } = await import("./engine/engine.js");
-    const engine = createEngine({ model_path: ref.path, model_id, n_ctx: cfg.n_ctx, n_slots: cfg.n_slots, n_threads: cfg.n_threads });
+    const engine = createEngine({ model_path: ref.path, model_id, n_ctx: cfg.n_ctx, n_slots: cfg.n_slots, n_threads: cfg.n_threads, cache_ram_mib: cfg.cache_ram_mib });
     engineClose = () => engine.close();
     deferred.attach(engine);
     await engine.ready();

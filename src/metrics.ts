@@ -98,6 +98,25 @@ export function createMetrics(engine: Engine): Metrics {
   fromStats("mashbox:prefix_cache_lookups_total", "Prefix cache lookups (one per admitted request).", (s) => s.prefix_lookups);
   fromStats("mashbox:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (s) => s.prefix_lookup_tokens);
   fromStats("mashbox:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", (s) => s.prefix_hit_tokens);
+  // The host-memory prompt cache (--cache-ram): K/V of prompt prefixes kept after their slot moved on.
+  new Gauge({
+    name: "mashbox:host_cache_bytes",
+    help: "Bytes the host-memory prompt cache holds, each block shared by several prompts counted once.",
+    registers: reg,
+    collect() {
+      this.set(stats().host_cache_bytes ?? 0);
+    },
+  });
+  new Gauge({
+    name: "mashbox:host_cache_cap_bytes",
+    help: "Most bytes the host-memory prompt cache holds (0 = off).",
+    registers: reg,
+    collect() {
+      this.set(stats().host_cache_cap_bytes ?? 0);
+    },
+  });
+  fromStats("mashbox:host_cache_evictions_total", "Host prompt cache blocks removed to stay under its cap.", (s) => s.host_cache_evictions ?? 0);
+  fromStats("mashbox:host_cache_hits_total", "Prompt tokens restored from the host-memory prompt cache.", (s) => s.host_cache_restored_tokens ?? 0);
   new Counter({
     name: "mashbox:worker_restarts_total",
     help: "Times the model worker was started again after a fault.",

@@ -20,7 +20,8 @@ import type {
   FinishReason,
 } from "./types.js";
 import type { FromWorker, ToWorker, WorkerReject, WorkerSubmit } from "./worker.js";
-import type { NativeEvent, NativeModelInfo, NativeStats } from "./native.js";
+import type { NativeEvent, NativeLoadOptions, NativeModelInfo, NativeStats } from "./native.js";
+import { cacheNamespace, newCachePath, removeCacheFile, statePointChars } from "./prompt-cache.js";
 import { renderChatPrompt, promptOpensThinking } from "../chat/template.js";
 import { OutputParser } from "../chat/parser.js";
 import { forcedTools, toolCallGrammar } from "../chat/tool-grammar.js";
@@ -35,6 +36,13 @@ export interface EngineOptions {
   max_batch?: number;
   /** Enables crash_worker() (tests only). */
   test_hooks?: boolean;
+  /** Host prompt cache in MiB (--cache-ram); 0 or absent = off. */
+  cache_ram_mib?: number;
+  /**
+   * File the host cache lives in (it outlives a worker). Default: a new file in /dev/shm (or the
+   * OS temp dir) that close() removes; a given path is left in place.
+   */
+  cache_path?: string;
   /** Queue limits (defaults from the spec: 32 per tenant, 256 in all). */
   max_waiting_per_tenant?: number;
   max_waiting_total?: number;
@@ -147,6 +155,8 @@ interface Job {
   starts_in_thinking: boolean;
   /** Output grammar for a forced tool choice (src/chat/tool-grammar.ts); undefined = free. */
   grammar: string | undefined;
+  /** State point in characters of prompt_text (prompt-cache.ts). */
+  state_point_chars: number;
   parser: OutputParser | null;
   held: string; // generated text not yet released (possible partial stop match)
   prompt_tokens: number;
@@ -184,6 +194,10 @@ class WorkerEngine implements ManagedEngine {
   private readyReject!: (e: Error) => void;
   private everReady = false;
   private nativeInfo: NativeModelInfo | null = null;
+  /** Host cache options every (re)started worker loads with; empty when the cache is off. */
+  private cacheLoad: Pick<NativeLoadOptions, "cache_ram_mib" | "cache_path" | "cache_namespace"> = {};
+  /** The host cache file this engine made (removed on close); null when given or off. */
+  private ownedCachePath: string | null = null;
 
   constructor(private opts: EngineOptions) {
     this.model = {
@@ -206,6 +220,14 @@ class WorkerEngine implements ManagedEngine {
     });
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
     if (opts.test_hooks) this.crash_worker = () => this.send({ t: "crash" });
+    if ((opts.cache_ram_mib ?? 0) > 0) {
+      this.ownedCachePath = opts.cache_path === undefined ? newCachePath() : null;
+      this.cacheLoad = {
+        cache_ram_mib: opts.cache_ram_mib,
+        cache_path: opts.cache_path ?? this.ownedCachePath!,
+        cache_namespace: cacheNamespace(opts.model_path),
+      };
+    }
     this.spawn();
   }
 
@@ -238,6 +260,7 @@ class WorkerEngine implements ManagedEngine {
         n_slots: this.opts.n_slots,
         n_threads: this.opts.n_threads,
         max_batch: this.opts.max_batch ?? 512,
+        ...this.cacheLoad,
       },
     });
   }
@@ -338,11 +361,13 @@ class WorkerEngine implements ManagedEngine {
   async close(): Promise<void> {
     this.closing = true;
     const c = this.child;
-    if (!c || c.exitCode !== null || c.signalCode !== null) return;
-    await new Promise<void>((res) => {
-      c.once("exit", () => res());
-      c.kill("SIGTERM");
-    });
+    if (c && c.exitCode === null && c.signalCode === null) {
+      await new Promise<void>((res) => {
+        c.once("exit", () => res());
+        c.kill("SIGTERM");
+      });
+    }
+    if (this.ownedCachePath) removeCacheFile(this.ownedCachePath);
   }
 
   // ---- requests ----
@@ -357,7 +382,7 @@ class WorkerEngine implements ManagedEngine {
 
   private async promptOf(
     input: GenerationRequest["input"],
-  ): Promise<{ text: string; add_special: boolean; starts_in_thinking: boolean; grammar?: string }> {
+  ): Promise<{ text: string; add_special: boolean; starts_in_thinking: boolean; grammar?: string; state_point_chars?: number }> {
     if (input.kind === "text") return { text: input.text, add_special: true, starts_in_thinking: false };
     // A forced tool choice (required / any / a named tool) constrains decoding to one well-formed
     // call (src/chat/tool-grammar.ts); the prompt still asks for it (src/chat/template.ts).
@@ -373,6 +398,7 @@ class WorkerEngine implements ManagedEngine {
       text,
       add_special: true,
       starts_in_thinking,
+      state_point_chars: statePointChars(chat, this.model, text),
       ...(forced ? { grammar: toolCallGrammar(forced, { starts_in_thinking }) } : {}),
     };
   }
@@ -432,6 +458,7 @@ class WorkerEngine implements ManagedEngine {
       add_special: true,
       starts_in_thinking: false,
       grammar: undefined,
+      state_point_chars: 0,
       parser: null,
       held: "",
       prompt_tokens: 0,
@@ -465,6 +492,7 @@ class WorkerEngine implements ManagedEngine {
       job.add_special = p.add_special;
       job.starts_in_thinking = p.starts_in_thinking;
       job.grammar = p.grammar;
+      job.state_point_chars = p.state_point_chars ?? 0;
     } catch (e) {
       this.preparing.delete(job);
       job.finished = true;
@@ -520,6 +548,7 @@ class WorkerEngine implements ManagedEngine {
       },
       ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
       script_text: job.req.scripted_text,
+      ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
     };
     this.send({ t: "submit", req: sub });
   }
@@ -681,6 +710,16 @@ class WorkerEngine implements ManagedEngine {
       prefix_lookups: n?.prefix_lookups ?? 0,
       prefix_hit_tokens: n?.prefix_hit_tokens ?? 0,
       prefix_lookup_tokens: n?.prefix_lookup_tokens ?? 0,
+      // Absent while no worker runs (loading, restarting): unknown, not zero.
+      ...(n
+        ? {
+            host_cache_bytes: n.host_cache_bytes,
+            host_cache_cap_bytes: n.host_cache_cap_bytes,
+            host_cache_evictions: n.host_cache_evictions,
+            host_cache_restored_tokens: n.host_cache_restored_tokens,
+            cache_namespace: n.cache_namespace,
+          }
+        : {}),
       worker_pid: this.state === "ready" ? (this.child?.pid ?? null) : null,
       worker_restarts: this.restarts,
     };

@@ -11,6 +11,12 @@ export interface NativeLoadOptions {
   n_slots: number;
   n_threads: number;
   max_batch?: number;
+  /** Host prompt cache size in MiB (0 or absent = off). */
+  cache_ram_mib?: number;
+  /** File backing the host cache, so a restarted worker maps it again (absent = private memory). */
+  cache_path?: string;
+  /** What a cached state is valid for (model file, tokenizer, template, policy; see prompt-cache.ts). */
+  cache_namespace?: string;
 }
 
 export interface NativeModelInfo {
@@ -29,6 +35,8 @@ export interface NativeModelInfo {
   n_params: number;
   bpw: number;
   kv_bytes: number;
+  /** K/V bytes of one position of one slot (what the host cache stores per token). */
+  kv_token_bytes: number;
 }
 
 export interface NativeSampling {
@@ -53,6 +61,11 @@ export interface NativeRequest {
    * unconstrained. One that does not compile ends the request with an error event.
    */
   grammar?: string;
+  /**
+   * State point: prompt[0, state_point) is what a new conversation of the same client shares
+   * (system prompt and tools); saved to the host cache once prefilled. Absent or 0 = none.
+   */
+  state_point?: number;
   /** Test-only: emit these ids instead of sampling. */
   script?: number[] | Int32Array;
 }
@@ -85,6 +98,18 @@ export interface NativeStats {
   prefix_hit_tokens: number;
   prefix_lookup_tokens: number;
   steps: number;
+  /** Host prompt cache (all 0 and a null namespace when it is off); blocks shared by prompts count once. */
+  host_cache_bytes: number;
+  host_cache_cap_bytes: number;
+  host_cache_tokens: number;
+  host_cache_evictions: number;
+  /** Blocks dropped because their header or checksum did not verify. */
+  host_cache_rejected: number;
+  host_cache_saved_tokens: number;
+  host_cache_restored_tokens: number;
+  /** The cache lives in a file a restarted worker maps again. */
+  host_cache_persistent: boolean;
+  cache_namespace: string | null;
 }
 
 export interface NativeEngine {

@@ -155,6 +155,15 @@ export interface EngineStats {
   prefix_lookups: number;
   prefix_hit_tokens: number;
   prefix_lookup_tokens: number;
+  /**
+   * Host prompt cache: bytes held (each shared block once), its cap (0 = off), LRU evictions,
+   * prompt tokens restored from it into a slot, and its namespace id. Absent = no host cache.
+   */
+  host_cache_bytes?: number;
+  host_cache_cap_bytes?: number;
+  host_cache_evictions?: number;
+  host_cache_restored_tokens?: number;
+  cache_namespace?: string | null;
   worker_pid: number | null;
   worker_restarts: number;
 }

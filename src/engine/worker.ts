@@ -21,6 +21,8 @@ export interface WorkerSubmit {
   grammar?: string;
   /** Test-only scripted output, tokenized without specials. */
   script_text?: string;
+  /** State point in characters of `text` (prompt-cache.ts); absent or 0 = none. */
+  state_point_chars?: number;
 }
 
 export type ToWorker =
@@ -45,6 +47,19 @@ export type FromWorker =
   | { t: "reply"; rid: number; ok: boolean; value?: unknown; message?: string }
   | { t: "events"; evs: (NativeEvent | WorkerReject)[]; stats: import("./native.js").NativeStats }
   | { t: "stats"; stats: import("./native.js").NativeStats };
+
+/**
+ * The state point in tokens: the common token prefix of the prompt and its first
+ * state_point_chars characters tokenized alone (BPE may merge across that boundary).
+ */
+function statePoint(engine: NativeEngine, r: WorkerSubmit, prompt: Int32Array): number {
+  if (!r.state_point_chars || r.state_point_chars <= 0) return 0;
+  const head = engine.tokenize(r.text.slice(0, r.state_point_chars), r.add_special, r.parse_special);
+  const n = Math.min(head.length, prompt.length);
+  let i = 0;
+  while (i < n && head[i] === prompt[i]) i++;
+  return i;
+}
 
 function main(): void {
   const send = (m: FromWorker) => {
@@ -76,7 +91,11 @@ function main(): void {
             for (const e of evs) if (e.type === "done" || e.type === "error") active--;
             send({ t: "events", evs, stats: engine!.stats() });
           })
-          .then((info) => send({ t: "ready", info, pid: process.pid }))
+          .then((info) => {
+            send({ t: "ready", info, pid: process.pid });
+            // What a restarted worker found in the host cache shows before its first request.
+            send({ t: "stats", stats: engine!.stats() });
+          })
           .catch((e: Error) => send({ t: "load_error", message: e.message }));
         break;
       }
@@ -113,7 +132,7 @@ function main(): void {
           break;
         }
         active++;
-        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, script });
+        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, script, state_point: statePoint(engine!, r, prompt) });
         break;
       }
       case "cancel":

@@ -17,14 +17,15 @@ export function healthBody(deps: AppDeps): Health {
     status: ready ? "ok" : "loading",
     live_rows: ready ? s.slots_in_use : null,
     waiting: s.waiting,
-    // The engine keeps prompt state only inside its slots (no host-memory prompt cache yet),
-    // so these byte counts are honestly zero, not unknown.
-    cache_bytes: 0,
-    host_cache_bytes: 0,
+    // State points are blocks of the host cache itself (native/engine/prompt_cache.h), shared
+    // with every prompt that starts the same way, so no snapshot bytes exist beside it.
+    cache_bytes: s.host_cache_bytes ?? 0,
+    host_cache_bytes: s.host_cache_bytes ?? 0,
     snapshot_bytes: 0,
-    host_cache_cap_bytes: info.cache_ram_mib * 1024 * 1024,
-    host_cache_evictions: 0,
-    cache_namespace: null,
+    // The worker's own figure once it runs (0 when the model cannot save its state).
+    host_cache_cap_bytes: s.host_cache_cap_bytes ?? info.cache_ram_mib * 1024 * 1024,
+    host_cache_evictions: s.host_cache_evictions ?? 0,
+    cache_namespace: s.cache_namespace ?? null,
     deployment_id: null,
     component_set_sha: null,
     certification: "not-applicable (cpu build)",
