@@ -5,7 +5,9 @@
 # Checks: not_a_server_error, status_code_conformance, content_type_conformance,
 # response_schema_conformance. Every operation is tested, streamed answers included: schemathesis
 # reads a text/event-stream body to its end and validates every event's JSON data against the
-# payload schema openapi.json gives it (contentSchema), as it does for JSON bodies.
+# payload schema openapi.json gives it (contentSchema), as it does for JSON bodies. Then each
+# streamed operation's documented example must end with its closing event (data: [DONE],
+# message_stop, response.completed).
 #
 # Cost stays bounded on 2 cores: --ctx 512 caps any generation (schemathesis may ask for a huge
 # max_tokens), --slots 2 keeps the batch small, one worker sends one request at a time, and
