@@ -1,9 +1,9 @@
 // `mashbox run | pull | models | conformance`. Only this file reads process.argv / MASHBOX_API_KEY; the
-// programmatic-only server options (validate_responses, test_hooks) have no flag here.
+// programmatic-only server options (validate_responses) have no flag here.
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
-import { ApiError } from "./errors.js";
+import { notReadyError } from "./engine/readiness.js";
 import { DEFAULTS, isLoopback } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
@@ -142,11 +142,11 @@ export class DeferredEngine implements Engine {
     return this.inner?.model ?? this.placeholder;
   }
   countTokens(input: GenerationRequest["input"]): Promise<number> {
-    if (!this.inner) return Promise.reject(new ApiError("loading", undefined, { retry_after: 10 }));
+    if (!this.inner) return Promise.reject(notReadyError("loading"));
     return this.inner.countTokens(input);
   }
   submit(req: GenerationRequest, signal?: AbortSignal): AsyncIterable<GenerationEvent> {
-    if (!this.inner) throw new ApiError("loading", undefined, { retry_after: 10 });
+    if (!this.inner) throw notReadyError("loading");
     return this.inner.submit(req, signal);
   }
   stats(): EngineStats {
@@ -217,7 +217,20 @@ async function cmdRun(args: string[]): Promise<number> {
   try {
     if (ref.kind === "registry" && !ref.present) await pull(ref.entry);
     const { createEngine } = await import("./engine/engine.js");
-    const engine = createEngine({ model_path: ref.path, model_id, n_ctx: cfg.n_ctx, n_slots: cfg.n_slots, n_threads: cfg.n_threads, cache_ram_mib: cfg.cache_ram_mib });
+    const engine = createEngine({
+      model_path: ref.path,
+      model_id,
+      n_ctx: cfg.n_ctx,
+      n_slots: cfg.n_slots,
+      n_threads: cfg.n_threads,
+      cache_ram_mib: cfg.cache_ram_mib,
+      // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
+      // (systemd, Kubernetes) replace the whole process.
+      on_fatal: (cause) => {
+        process.stderr.write(`mashbox: giving up: ${cause}\n`);
+        void shutdown(1);
+      },
+    });
     engineClose = () => engine.close();
     deferred.attach(engine);
     await engine.ready();

@@ -4,7 +4,7 @@
 // AppDeps.observe from the handlers. No label carries a user, a key, a tenant or a session.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Engine, FinishReason } from "./engine/types.js";
-import type { AppDeps } from "./handlers/types.js";
+import type { AppDeps } from "./app/context.js";
 
 const FINISH_REASONS: readonly FinishReason[] = ["stop", "stop_sequence", "length", "tool_calls", "cancelled", "error"];
 

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { hostname, networkInterfaces } from "node:os";
 import { ApiError } from "./errors.js";
 import { bareHost, isLoopback } from "./config.js";
-import { STATE } from "./handlers/common.js";
+import { STATE } from "./app/context.js";
 
 export interface KeyFileEntry {
   key: string;

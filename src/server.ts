@@ -11,8 +11,9 @@ import type { Engine } from "./engine/types.js";
 import { ApiError } from "./errors.js";
 import { operations, type OperationId } from "./generated/operations.js";
 import { handlers } from "./handlers/index.js";
-import type { AppDeps, Handler } from "./handlers/types.js";
-import { STATE } from "./handlers/common.js";
+import type { Handler } from "./handlers/types.js";
+import { STATE, type AppDeps } from "./app/context.js";
+import { notReadyError } from "./engine/readiness.js";
 import { createMetrics } from "./metrics.js";
 import { ApiKeys, requireJson, securityMiddleware } from "./security.js";
 import { DEFAULTS } from "./config.js";
@@ -47,8 +48,6 @@ export interface AppOptions {
   // ---- programmatic only: no CLI flag or environment variable reaches these ----
   /** Tests: validate every JSON answer and SSE event against openapi.json, recording violations. */
   validate_responses?: boolean;
-  /** Tests: honour the x-mashbox-test-script header (scripted sampler). */
-  test_hooks?: boolean;
   /** Tests: quiet time before a stream's keep-alive frame (default SSE_KEEPALIVE_MS). */
   sse_keepalive_ms?: number;
 }
@@ -62,9 +61,6 @@ export interface MashboxApp {
   listen(port?: number, host?: string): Promise<{ server: Server; port: number; url: string }>;
   close(): Promise<void>;
 }
-
-/** Header carrying scripted output for the test-only sampler (percent-encoded UTF-8). */
-export const TEST_SCRIPT_HEADER = "x-mashbox-test-script";
 
 const SESSION_MAX = 64;
 
@@ -132,13 +128,8 @@ export function createApp(opts: AppOptions): MashboxApp {
   function gate(id: OperationId, h: Handler): Handler {
     if (operations[id].request_schema === null) return h;
     return (c, ctx, d) => {
-      const state = d.engine.state;
-      if (state === "failed") throw new ApiError("engine_error", "The model failed to load.");
-      if (state !== "ready") {
-        throw new ApiError("loading", state === "restarting" ? "The model's worker is restarting after a fault." : undefined, {
-          retry_after: state === "restarting" ? 2 : 5,
-        });
-      }
+      const err = notReadyError(d.engine.state);
+      if (err) throw err;
       return h(c, ctx, d);
     };
   }
@@ -220,16 +211,6 @@ export function createApp(opts: AppOptions): MashboxApp {
       sessionTag(ctx.get("session-id")) ??
       sessionTag(ctx.get("x-claude-code-session-id"));
     if (session) ctx.state[STATE.session] = session;
-    if (opts.test_hooks) {
-      const script = ctx.get(TEST_SCRIPT_HEADER);
-      if (script) {
-        try {
-          ctx.state[STATE.scripted_text] = decodeURIComponent(script);
-        } catch {
-          throw new ApiError("invalid_request", `${TEST_SCRIPT_HEADER}: must be percent-encoded UTF-8`);
-        }
-      }
-    }
     await api.handleRequest(
       { method: ctx.method, path: ctx.path, query: ctx.querystring, headers: ctx.headers as Record<string, string>, body },
       ctx,

@@ -87,6 +87,7 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
     case mb::EngineEvent::Error:
       o.Set("type", "error");
       o.Set("message", e.message);
+      if (e.fault) o.Set("fault", true);
       break;
   }
   return o;
@@ -239,7 +240,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : d;
   }
 
-  // submit({id, prompt, max_tokens, sampling: {...}, grammar?, script?})
+  // submit({id, prompt, max_tokens, sampling: {...}, grammar?})
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     auto env = info.Env();
     if (!ready(env)) return env.Undefined();
@@ -267,10 +268,6 @@ class Engine : public Napi::ObjectWrap<Engine> {
     }
     // A grammar that fails to compile ends the request with an error event (scheduler.h).
     if (o.Get("grammar").IsString()) r.grammar = o.Get("grammar").As<Napi::String>().Utf8Value();
-    if (o.Has("script") && !o.Get("script").IsUndefined() && !o.Get("script").IsNull()) {
-      r.scripted = true;
-      r.script = read_ids(o.Get("script"));
-    }
     r.state_point = int(num(o, "state_point", 0));
     loaded_->sched->submit(std::move(r));
     return env.Undefined();

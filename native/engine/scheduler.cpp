@@ -20,7 +20,6 @@ struct Scheduler::Seq {
   bool state_point_saved = false;
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
   int n_gen = 0;
-  size_t script_pos = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
   std::unique_ptr<GrammarConstraint> grammar;  // null = unconstrained
@@ -159,7 +158,7 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     waiting_.pop_front();
     const auto now = Clock::now();
     const auto& prompt = s->req.prompt;
-    if (!s->req.grammar.empty() && !s->req.scripted) {
+    if (!s->req.grammar.empty()) {
       // Compiled here, on the scheduler thread, so a bad grammar is an Error event for this
       // request alone (never an exception on the caller's thread).
       try {
@@ -373,6 +372,7 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       ev.kind = EngineEvent::Error;
       ev.id = s->req.id;
       ev.message = std::string("forward failed: ") + e.what();
+      ev.fault = true;
       out.push_back(std::move(ev));
       s->done = true;
     }
@@ -398,27 +398,21 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     Seq& s = *row_seq[r];
     float* row = logits_.data() + r * size_t(n_vocab_);
     if (s.n_gen == 0) s.t_first = now;
-    int32_t tok;
-    if (s.req.scripted) {
-      if (s.script_pos >= s.req.script.size()) { finish(s, "stop", out); continue; }
-      tok = s.req.script[s.script_pos++];
-    } else {
-      tok = s.sampler.sample(row, n_vocab_, s.grammar.get());
-      if (tok < 0) {
-        // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
-        // can spell; end the request rather than spin.
-        const std::string why = s.grammar && !s.grammar->error().empty() ? s.grammar->error() : "no token of the vocabulary can continue it";
-        fail(s, "grammar: generation cannot continue: " + why, out);
-        continue;
-      }
-      if (s.grammar && !s.grammar->accept(tok)) {
-        fail(s, "grammar: the sampled token was rejected (internal error)", out);
-        continue;
-      }
+    const int32_t tok = s.sampler.sample(row, n_vocab_, s.grammar.get());
+    if (tok < 0) {
+      // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
+      // can spell; end the request rather than spin.
+      const std::string why = s.grammar && !s.grammar->error().empty() ? s.grammar->error() : "no token of the vocabulary can continue it";
+      fail(s, "grammar: generation cannot continue: " + why, out);
+      continue;
+    }
+    if (s.grammar && !s.grammar->accept(tok)) {
+      fail(s, "grammar: the sampled token was rejected (internal error)", out);
+      continue;
     }
     s.sampler.accept(tok);
     s.t_last = now;
-    if (!s.req.scripted && tok_->is_eog(tok)) {
+    if (tok_->is_eog(tok)) {
       finish(s, "stop", out);
       continue;
     }
@@ -434,10 +428,9 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       ev.prompt_ms = ms_between(s.t_admit, s.t_first);
     }
     out.push_back(std::move(ev));
-    if (s.req.scripted && s.script_pos >= s.req.script.size()) finish(s, "stop", out);
     // The grammar is complete and allows nothing more: stop now instead of spending a step on
     // an end-of-generation token (which also covers vocabularies without one).
-    else if (s.grammar && s.grammar->finished()) finish(s, "stop", out);
+    if (s.grammar && s.grammar->finished()) finish(s, "stop", out);
     else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
     else if (int(slots_[s.slot].cached.size()) >= opts_.n_ctx) finish(s, "length", out);
     else s.pending = tok;

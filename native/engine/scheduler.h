@@ -30,10 +30,8 @@ struct EngineRequest {
   std::vector<int32_t> prompt;     // already tokenized
   SamplerParams sampling;
   int max_tokens = -1;             // -1 = until the end of the slot's context
-  bool scripted = false;           // emit `script` instead of sampling (tests)
-  std::vector<int32_t> script;
   // GBNF-style grammar (grammar.h) the output must match; empty = unconstrained. A grammar that
-  // does not compile ends the request with an Error event. Ignored for scripted requests.
+  // does not compile ends the request with an Error event.
   std::string grammar;
   // State point: prompt[0, state_point) is what a new conversation of the same client would share
   // (its system prompt and tools). Saved to the host cache once prefilled, so a new session
@@ -60,6 +58,7 @@ struct EngineEvent {
   double predicted_ms = 0;         // first token -> last token
   // Error
   std::string message;
+  bool fault = false;              // the forward pass of the whole batch threw: engine state suspect
 };
 
 struct SchedulerStats {

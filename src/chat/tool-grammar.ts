@@ -18,6 +18,14 @@
 // recursive refs included). Anything else falls back to "any JSON value". Not enforced: pattern,
 // format, number bounds, multipleOf, uniqueItems, min/maxProperties, not, if/then/else,
 // oneOf's exclusivity; string and array bounds above LENGTH_CAP count as unbounded.
+//
+// A schema is caller input, so building is bounded: at most MAX_VISITS schema nodes visited
+// (anyOf with sibling keywords and allOf copy subtrees, so a small schema can expand
+// exponentially), MAX_DEPTH levels of nesting, MAX_GRAMMAR_BYTES of grammar text. A $ref that
+// reaches itself before any byte is written ({"$ref": "#"}) describes no finite JSON text and
+// is refused as well; the native grammar compiler would reject it as left-recursive. Every
+// refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
+// (src/engine/grammar-pool.ts) with a time limit on top.
 import type { ChatPrompt, ToolSpec } from "../engine/types.js";
 
 type Schema = Record<string, unknown>;
@@ -26,6 +34,25 @@ type Schema = Record<string, unknown>;
 const LENGTH_CAP = 4096;
 /** Closed integer ranges up to this many values become an enumeration. */
 const INT_ENUM_CAP = 256;
+/** Schema nodes visited per tool: past this the schema is "too complex". */
+const MAX_VISITS = 20_000;
+/** Nesting of schema inside schema (properties, items, anyOf, $ref ...). */
+const MAX_DEPTH = 64;
+/** Grammar text of one forced call, far below the native compiler's element limit. */
+export const MAX_GRAMMAR_BYTES = 1 << 20;
+
+/** A tool whose schema cannot be turned into a grammar, and why (a 400 for the request). */
+export class ToolSchemaError extends Error {
+  constructor(
+    readonly tool: string,
+    readonly reason: string,
+  ) {
+    super(`tool '${tool}': its parameters schema cannot constrain a forced call: ${reason}`);
+  }
+}
+
+/** A schema past one of the builder's bounds (wrapped into a ToolSchemaError by the caller). */
+class SchemaLimit extends Error {}
 
 const isObj = (v: unknown): v is Schema => v !== null && typeof v === "object" && !Array.isArray(v);
 const nonNegInt = (v: unknown): number | undefined =>
@@ -80,7 +107,15 @@ class GrammarBuilder {
   private rules = new Map<string, string>(); // name -> body, in creation order
   private byBody = new Map<string, string>();
   private refs = new Map<string, string>();
+  private suffix = new Map<string, number>();
   private root: unknown = {};
+  private visits = 0;
+  private depth = 0;
+  private bytes = 0;
+  /** Bytes-written depth: objects and arrays add one around their members. */
+  private consumed = 0;
+  /** $refs being expanded, with the `consumed` depth each started at. */
+  private expanding = new Map<string, number>();
 
   /** The rule for a primitive, added with what it uses. */
   prim(name: string): string {
@@ -97,23 +132,45 @@ class GrammarBuilder {
     const known = this.byBody.get(body);
     if (known) return known;
     const name = this.fresh(hint);
-    this.rules.set(name, body);
+    this.setRule(name, body);
     this.byBody.set(body, name);
     return name;
+  }
+
+  private setRule(name: string, body: string): void {
+    this.bytes += name.length + body.length + 6;
+    if (this.bytes > MAX_GRAMMAR_BYTES) throw new SchemaLimit(`the grammar would exceed ${MAX_GRAMMAR_BYTES} bytes`);
+    this.rules.set(name, body);
+  }
+
+  /** Visits members of an object or array: they come after its opening byte. */
+  private member(schema: unknown, hint: string): string {
+    this.consumed++;
+    try {
+      return this.visit(schema, hint);
+    } finally {
+      this.consumed--;
+    }
   }
 
   private fresh(hint: string): string {
     let base = hint.replace(/[^A-Za-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48) || "r";
     if (base.startsWith("json-") || base === "root") base = `s-${base}`;
-    let name = base;
-    for (let i = 2; this.rules.has(name); i++) name = `${base}-${i}`;
-    return name;
+    if (!this.rules.has(base)) return base;
+    // Suffixes below the remembered one are all taken (rules are never removed): a schema with
+    // thousands of properties would otherwise rescan them for every new rule.
+    let i = this.suffix.get(base) ?? 2;
+    while (this.rules.has(`${base}-${i}`)) i++;
+    this.suffix.set(base, i + 1);
+    return `${base}-${i}`;
   }
 
   /** Grammar expression for a whole schema ($refs resolve inside it). */
   schema(schema: unknown, hint: string): string {
     this.root = schema;
     this.refs = new Map();
+    this.expanding = new Map();
+    this.visits = 0;
     return this.visit(schema, hint);
   }
 
@@ -129,6 +186,8 @@ class GrammarBuilder {
   }
 
   private ref(ref: string, hint: string): string {
+    const open = this.expanding.get(ref);
+    if (open !== undefined && open === this.consumed) throw new SchemaLimit(`'${ref.slice(0, 100)}' refers to itself before any value is written (a recursive schema with no base case)`);
     const known = this.refs.get(ref);
     if (known) return known;
     const target = resolvePointer(this.root, ref);
@@ -136,11 +195,27 @@ class GrammarBuilder {
     const name = this.fresh(ref.split("/").pop() || hint);
     this.refs.set(ref, name);
     this.rules.set(name, "\"\""); // reserved now so that recursive refs find it
-    this.rules.set(name, this.visit(target, name));
+    this.expanding.set(ref, this.consumed);
+    try {
+      this.setRule(name, this.visit(target, name));
+    } finally {
+      this.expanding.delete(ref);
+    }
     return name;
   }
 
   private visit(schema: unknown, hint: string): string {
+    if (++this.visits > MAX_VISITS) throw new SchemaLimit(`too complex (over ${MAX_VISITS} schema nodes once $ref, anyOf and allOf are expanded)`);
+    if (this.depth >= MAX_DEPTH) throw new SchemaLimit(`nested more than ${MAX_DEPTH} levels deep`);
+    this.depth++;
+    try {
+      return this.visitNode(schema, hint);
+    } finally {
+      this.depth--;
+    }
+  }
+
+  private visitNode(schema: unknown, hint: string): string {
     if (!isObj(schema)) return this.prim("json-value"); // true, {} placeholders, garbage
     const s = schema;
     if (typeof s.$ref === "string") return this.ref(s.$ref, hint);
@@ -248,7 +323,7 @@ class GrammarBuilder {
     if (props.length === 0) {
       const ap = s.additionalProperties;
       if (isObj(ap) && Object.keys(ap).length > 0) {
-        const v = this.visit(ap, `${hint}-value`);
+        const v = this.member(ap, `${hint}-value`);
         const kv = `json-string ": " ${v}`;
         this.prim("json-string");
         return this.add(hint, `"{" ( ${kv} ( ", " ${kv} )* )? "}"`);
@@ -259,43 +334,37 @@ class GrammarBuilder {
       return this.prim("json-object");
     }
     const items = props.map(([k, v]) => ({
-      kv: `${gbnfLiteral(JSON.stringify(k) + ": ")} ${this.visit(v, `${hint}-${k}`)}`,
+      kv: `${gbnfLiteral(JSON.stringify(k) + ": ")} ${this.member(v, `${hint}-${k}`)}`,
       req: required.has(k),
     }));
     const n = items.length;
-    // tail(i): items i.. when something came before (each with its ", "), a chain of rules;
-    // first(i): items i.. when nothing came before (the first one present has no comma).
-    const tails = new Map<number, string>();
-    const tail = (i: number): string => {
-      if (i === n) return "";
-      const known = tails.get(i);
-      if (known !== undefined) return known;
+    // tail[i]: items i.. when something came before (each with its ", "), a chain of rules;
+    // first[i]: items i.. when nothing came before (the first one present has no comma).
+    // Built from the last item back, without recursion: an object may have thousands.
+    const tail: string[] = new Array(n + 1).fill("");
+    for (let i = n - 1; i >= 0; i--) {
       const it = items[i];
-      const body = `${it.req ? `", " ${it.kv}` : `( ", " ${it.kv} )?`} ${tail(i + 1)}`.trim();
-      const expr = i + 1 < n ? this.add(`${hint}-tail`, body) : body;
-      tails.set(i, expr);
-      return expr;
-    };
+      const body = `${it.req ? `", " ${it.kv}` : `( ", " ${it.kv} )?`} ${tail[i + 1]}`.trim();
+      tail[i] = i + 1 < n ? this.add(`${hint}-tail`, body) : body;
+    }
     // Named rules both ways, so many optional properties never nest deeply.
-    const first = (i: number): string => {
-      if (i === n) return "";
+    const first: string[] = new Array(n + 1).fill("");
+    for (let i = n - 1; i >= 0; i--) {
       const it = items[i];
-      const withThis = `${it.kv} ${tail(i + 1)}`.trim();
-      if (it.req) return withThis;
-      const without = first(i + 1);
-      return this.add(`${hint}-first`, without === "" ? `( ${withThis} )?` : `${withThis} | ${without}`);
-    };
-    return this.add(hint, `"{" ${first(0)} "}"`);
+      const withThis = `${it.kv} ${tail[i + 1]}`.trim();
+      first[i] = it.req ? withThis : this.add(`${hint}-first`, first[i + 1] === "" ? `( ${withThis} )?` : `${withThis} | ${first[i + 1]}`);
+    }
+    return this.add(hint, `"{" ${first[0]} "}"`);
   }
 
   private array(s: Schema, hint: string): string {
     const tuple = Array.isArray(s.prefixItems) ? s.prefixItems : Array.isArray(s.items) ? s.items : null;
     if (tuple) {
       if (tuple.length === 0) return '"[]"';
-      const parts = tuple.map((t, i) => this.visit(t, `${hint}-${i}`));
+      const parts = tuple.map((t, i) => this.member(t, `${hint}-${i}`));
       return this.add(hint, `"[" ${parts.join(' ", " ')} "]"`);
     }
-    const item = this.visit(s.items ?? true, `${hint}-item`);
+    const item = this.member(s.items ?? true, `${hint}-item`);
     const min = Math.min(nonNegInt(s.minItems) ?? 0, LENGTH_CAP);
     let max = nonNegInt(s.maxItems);
     if (max !== undefined && max > LENGTH_CAP) max = undefined;
@@ -368,10 +437,18 @@ export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions 
   if (tools.length === 0) throw new Error("toolCallGrammar: no tools");
   const b = new GrammarBuilder();
   const calls = tools.map((t) => {
-    const args =
-      t.kind === "custom"
-        ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
-        : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
+    let args: string;
+    try {
+      args =
+        t.kind === "custom"
+          ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
+          : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
+    } catch (e) {
+      if (e instanceof SchemaLimit) throw new ToolSchemaError(t.name, e.message);
+      // A deep schema can still exhaust the stack in code outside the builder's depth count.
+      if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
+      throw e;
+    }
     return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
   });
   const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;

@@ -1,30 +1,26 @@
-// The Engine the handlers talk to. It runs the model in a worker process (worker.ts) so a native
-// fault never takes the HTTP server down, and does the text-level work around the native
-// scheduler: chat template, stop strings across token boundaries, output parsing (thinking /
-// tool calls), queue limits, usage and llama-server-style timings.
+// The Engine the handlers talk to: admission (queue limits), the job state machine (one job per
+// request, retried once on a fresh worker when its client has received nothing), stop strings
+// and output parsing (thinking / tool calls), usage and llama-server-style timings. The model
+// runs in a worker process (worker-client.ts, worker.ts) so a native fault never takes the HTTP
+// server down; prompts and grammars come from prompt.ts.
 //
 // Errors: submit() throws ApiError synchronously for "loading" (also while restarting),
 // "rate_limited", "queue_full" and "engine_error" (model failed to load). Prompt problems
-// ("context_length_exceeded", "invalid_request") reject the iterator's first next(), before any
-// event, so a handler can still answer with an HTTP error.
-import { fork, type ChildProcess } from "node:child_process";
-import { fileURLToPath } from "node:url";
-import { dirname, join } from "node:path";
+// ("context_length_exceeded", "invalid_request", a tool schema that cannot constrain a forced
+// call) reject the iterator's first next(), before any event, so a handler can still answer
+// with an HTTP error.
 import { ApiError, type ErrorCode } from "../errors.js";
-import type {
-  Engine,
-  EngineStats,
-  GenerationEvent,
-  GenerationRequest,
-  ModelInfo,
-  FinishReason,
-} from "./types.js";
-import type { FromWorker, ToWorker, WorkerReject, WorkerSubmit } from "./worker.js";
-import type { NativeEvent, NativeLoadOptions, NativeModelInfo, NativeStats } from "./native.js";
-import { cacheNamespace, newCachePath, removeCacheFile, statePointChars } from "./prompt-cache.js";
-import { renderChatPrompt, promptOpensThinking } from "../chat/template.js";
+import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo, FinishReason } from "./types.js";
+import type { WorkerReject, WorkerSubmit } from "./worker.js";
+import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
+import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
 import { OutputParser } from "../chat/parser.js";
-import { forcedTools, toolCallGrammar } from "../chat/tool-grammar.js";
+import { Channel } from "./channel.js";
+import { StopMatcher } from "./stop.js";
+import { WorkerClient } from "./worker-client.js";
+import { GrammarPool } from "./grammar-pool.js";
+import { preparePrompt } from "./prompt.js";
+import { notReadyError } from "./readiness.js";
 
 export interface EngineOptions {
   model_path: string;
@@ -34,8 +30,14 @@ export interface EngineOptions {
   n_threads: number;
   /** Tokens per forward() (prefill chunks + decode tokens); default 512. */
   max_batch?: number;
-  /** Enables crash_worker() (tests only). */
-  test_hooks?: boolean;
+  /** Queue limits (defaults from the spec: 32 per tenant, 256 in all). */
+  max_waiting_per_tenant?: number;
+  max_waiting_total?: number;
+  /**
+   * The worker failed to come back after repeated restarts; the engine is "failed" for good.
+   * The CLI exits non-zero with `cause` so that a supervisor replaces the process.
+   */
+  on_fatal?: (cause: string) => void;
   /** Host prompt cache in MiB (--cache-ram); 0 or absent = off. */
   cache_ram_mib?: number;
   /**
@@ -43,9 +45,6 @@ export interface EngineOptions {
    * OS temp dir) that close() removes; a given path is left in place.
    */
   cache_path?: string;
-  /** Queue limits (defaults from the spec: 32 per tenant, 256 in all). */
-  max_waiting_per_tenant?: number;
-  max_waiting_total?: number;
 }
 
 export interface ManagedEngine extends Engine {
@@ -53,88 +52,11 @@ export interface ManagedEngine extends Engine {
   ready(): Promise<void>;
   /** Stops the worker; pending requests end with an error event. */
   close(): Promise<void>;
-  /** Test hook (only with test_hooks: true): kills the worker as a native fault would. */
-  crash_worker?: () => void;
 }
 
 const PER_TENANT_LIMIT = 32;
 const TOTAL_LIMIT = 256;
 const SHARED_TENANT = "\u0000shared";
-/** Consecutive failed starts before the engine gives up ("failed"). */
-const MAX_START_FAILURES = 3;
-
-/** A tiny single-consumer async queue: the iterator a submit() returns. */
-class Channel<T> implements AsyncIterable<T> {
-  private items: T[] = [];
-  private waiter: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void } | null = null;
-  private ended = false;
-  private failure: unknown = null;
-  push(item: T): void {
-    if (this.ended) return;
-    if (this.waiter) {
-      const w = this.waiter;
-      this.waiter = null;
-      w.resolve({ value: item, done: false });
-    } else this.items.push(item);
-  }
-  end(): void {
-    if (this.ended) return;
-    this.ended = true;
-    if (this.waiter && this.items.length === 0) {
-      const w = this.waiter;
-      this.waiter = null;
-      w.resolve({ value: undefined, done: true });
-    }
-  }
-  fail(err: unknown): void {
-    if (this.ended) return;
-    this.failure = err;
-    this.ended = true;
-    if (this.waiter) {
-      const w = this.waiter;
-      this.waiter = null;
-      w.reject(err);
-    }
-  }
-  get closed(): boolean {
-    return this.ended;
-  }
-  [Symbol.asyncIterator](): AsyncIterator<T> {
-    return {
-      next: () => {
-        if (this.items.length > 0) return Promise.resolve({ value: this.items.shift()!, done: false });
-        if (this.failure !== null) {
-          const f = this.failure;
-          this.failure = null;
-          return Promise.reject(f);
-        }
-        if (this.ended) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve, reject) => (this.waiter = { resolve, reject }));
-      },
-      return: () => {
-        this.onReturn?.();
-        this.ended = true;
-        this.items = [];
-        return Promise.resolve({ value: undefined, done: true });
-      },
-    };
-  }
-  onReturn: (() => void) | null = null;
-}
-
-/** Longest suffix of `text` that is a proper prefix of some stop string (held back). */
-function partialStopSuffix(text: string, stops: string[]): number {
-  let best = 0;
-  for (const s of stops) {
-    for (let n = Math.min(s.length - 1, text.length); n > best; n--) {
-      if (text.endsWith(s.slice(0, n))) {
-        best = n;
-        break;
-      }
-    }
-  }
-  return best;
-}
 
 interface Job {
   req: GenerationRequest;
@@ -148,17 +70,16 @@ interface Job {
   /** Events of this attempt held back for a `whole` request until "done". */
   deferred: GenerationEvent[];
   finished: boolean;
-  cancelled: boolean;
   // Per-attempt state
   prompt_text: string;
   add_special: boolean;
   starts_in_thinking: boolean;
-  /** Output grammar for a forced tool choice (src/chat/tool-grammar.ts); undefined = free. */
+  /** Output grammar (a forced tool choice's, or the request's own); undefined = free. */
   grammar: string | undefined;
   /** State point in characters of prompt_text (prompt-cache.ts). */
   state_point_chars: number;
   parser: OutputParser | null;
-  held: string; // generated text not yet released (possible partial stop match)
+  stops: StopMatcher;
   prompt_tokens: number;
   cached_tokens: number;
   completion_tokens: number;
@@ -177,27 +98,21 @@ export function createEngine(opts: EngineOptions): ManagedEngine {
 class WorkerEngine implements ManagedEngine {
   state: Engine["state"] = "loading";
   model: ModelInfo;
-  crash_worker?: () => void;
 
-  private child: ChildProcess | null = null;
+  private worker: WorkerClient;
+  private grammars = new GrammarPool();
   private jobs = new Map<number, Job>();
+  /** Jobs waiting for a (re)started worker: prepared, not yet sent. */
   private resend: Job[] = [];
+  /** Jobs whose prompt and grammar are still being built. */
+  private preparing = new Set<Job>();
   private nextNid = 1;
-  private nextRid = 1;
-  private replies = new Map<number, { resolve: (v: unknown) => void; reject: (e: unknown) => void }>();
   private nativeStats: NativeStats | null = null;
-  private restarts = 0;
-  private startFailures = 0;
-  private closing = false;
+  /** The host cache file this engine made (removed on close); null when given or off. */
+  private ownedCachePath: string | null = null;
   private readyPromise: Promise<void>;
   private readyResolve!: () => void;
   private readyReject!: (e: Error) => void;
-  private everReady = false;
-  private nativeInfo: NativeModelInfo | null = null;
-  /** Host cache options every (re)started worker loads with; empty when the cache is off. */
-  private cacheLoad: Pick<NativeLoadOptions, "cache_ram_mib" | "cache_path" | "cache_namespace"> = {};
-  /** The host cache file this engine made (removed on close); null when given or off. */
-  private ownedCachePath: string | null = null;
 
   constructor(private opts: EngineOptions) {
     this.model = {
@@ -219,129 +134,69 @@ class WorkerEngine implements ManagedEngine {
       this.readyReject = rej;
     });
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
-    if (opts.test_hooks) this.crash_worker = () => this.send({ t: "crash" });
+    const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512 };
     if ((opts.cache_ram_mib ?? 0) > 0) {
       this.ownedCachePath = opts.cache_path === undefined ? newCachePath() : null;
-      this.cacheLoad = {
-        cache_ram_mib: opts.cache_ram_mib,
-        cache_path: opts.cache_path ?? this.ownedCachePath!,
-        cache_namespace: cacheNamespace(opts.model_path),
-      };
+      load.cache_ram_mib = opts.cache_ram_mib;
+      load.cache_path = opts.cache_path ?? this.ownedCachePath!;
+      load.cache_namespace = cacheNamespace(opts.model_path);
     }
-    this.spawn();
+    this.worker = new WorkerClient(load, {
+      ready: (info) => {
+        this.model = {
+          ...this.model,
+          architecture: info.architecture,
+          n_ctx_train: info.n_ctx_train,
+          n_vocab: info.n_vocab,
+          file_bytes: info.file_bytes,
+          bpw: info.bpw,
+          chat_template: info.chat_template,
+          bos_token: info.bos_token,
+          eos_token: info.eos_token,
+        };
+        this.state = "ready";
+        this.readyResolve();
+        const again = this.resend;
+        this.resend = [];
+        for (const job of again) if (!job.finished) this.dispatch(job);
+      },
+      events: (evs, stats) => {
+        this.nativeStats = stats;
+        for (const e of evs) this.onNativeEvent(e);
+      },
+      stats: (stats) => (this.nativeStats = stats),
+      down: () => this.onWorkerDown(),
+      load_failed: (message) => {
+        this.state = "failed";
+        this.readyReject(new Error(`model failed to load: ${message}`));
+        this.failAll("engine_error", `The model failed to load: ${message}`);
+      },
+      gave_up: (cause) => {
+        this.state = "failed";
+        this.readyReject(new Error(cause));
+        this.failAll("engine_error", "The model's worker failed to start.");
+        this.opts.on_fatal?.(cause);
+      },
+    });
   }
 
   ready(): Promise<void> {
     return this.readyPromise;
   }
 
-  // ---- worker lifecycle ----
-
-  private spawn(): void {
-    const here = dirname(fileURLToPath(import.meta.url));
-    const isTs = import.meta.url.endsWith(".ts");
-    const workerPath = join(here, isTs ? "worker.ts" : "worker.js");
-    const env = { ...process.env, MB_TEST_HOOKS: this.opts.test_hooks ? "1" : "0" };
-    const child = fork(workerPath, [], {
-      execArgv: isTs ? ["--import", "tsx"] : [],
-      env,
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
-      serialization: "advanced",
-    });
-    this.child = child;
-    child.on("message", (m: FromWorker) => this.onMessage(child, m));
-    child.on("exit", (code, signal) => this.onExit(child, code, signal));
-    child.on("error", () => {}); // exit follows
-    this.send({
-      t: "load",
-      opts: {
-        model_path: this.opts.model_path,
-        n_ctx: this.opts.n_ctx,
-        n_slots: this.opts.n_slots,
-        n_threads: this.opts.n_threads,
-        max_batch: this.opts.max_batch ?? 512,
-        ...this.cacheLoad,
-      },
-    });
+  async close(): Promise<void> {
+    await Promise.all([this.worker.close(), this.grammars.close()]);
+    if (this.ownedCachePath) removeCacheFile(this.ownedCachePath);
+    this.failAll("engine_error", "The engine stopped.");
   }
 
-  private send(m: ToWorker): void {
-    const c = this.child;
-    if (c && c.connected) c.send(m);
-  }
-
-  private onMessage(child: ChildProcess, m: FromWorker): void {
-    if (child !== this.child) return;
-    switch (m.t) {
-      case "ready": {
-        this.nativeInfo = m.info;
-        this.model = {
-          ...this.model,
-          architecture: m.info.architecture,
-          n_ctx_train: m.info.n_ctx_train,
-          n_vocab: m.info.n_vocab,
-          file_bytes: m.info.file_bytes,
-          bpw: m.info.bpw,
-          chat_template: m.info.chat_template,
-          bos_token: m.info.bos_token,
-          eos_token: m.info.eos_token,
-        };
-        this.state = "ready";
-        this.startFailures = 0;
-        this.everReady = true;
-        this.readyResolve();
-        const again = this.resend;
-        this.resend = [];
-        for (const job of again) if (!job.finished) void this.dispatch(job);
-        break;
-      }
-      case "load_error": {
-        this.state = "failed";
-        this.readyReject(new Error(`model failed to load: ${m.message}`));
-        this.failAll("engine_error", `The model failed to load: ${m.message}`);
-        this.closing = true;
-        child.kill();
-        break;
-      }
-      case "reply": {
-        const r = this.replies.get(m.rid);
-        if (!r) return;
-        this.replies.delete(m.rid);
-        if (m.ok) r.resolve(m.value);
-        else r.reject(new ApiError("invalid_request", m.message));
-        break;
-      }
-      case "events":
-        this.nativeStats = m.stats;
-        for (const e of m.evs) this.onNativeEvent(e);
-        break;
-      case "stats":
-        this.nativeStats = m.stats;
-        break;
-    }
-  }
-
-  private onExit(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
-    if (child !== this.child) return;
-    this.child = null;
-    for (const r of this.replies.values()) r.reject(new ApiError("loading", "The model's worker is restarting.", { retry_after: 2 }));
-    this.replies.clear();
-    if (this.closing || this.state === "failed") {
-      this.failAll("engine_error", "The engine stopped.");
-      return;
-    }
-    if (!this.everReady || this.state === "restarting") this.startFailures++;
-    if (this.startFailures >= MAX_START_FAILURES) {
-      this.state = "failed";
-      this.readyReject(new Error("the model's worker failed to start"));
-      this.failAll("engine_error", "The model's worker failed to start.");
-      return;
-    }
-    if (this.everReady) this.restarts++;
-    process.stderr.write(`mashbox: model worker exited (${signal ?? `code ${code}`}); starting it again\n`);
-    this.state = this.everReady ? "restarting" : "loading";
-    // A request whose client has received nothing is sent again once, from the start; any
-    // other request ends with an error event (a rerun could repeat what the client has).
+  /**
+   * The worker died (a crash, or a fault it reported). A request whose client has received
+   * nothing is sent again once, from the start, when the new worker is ready; any other ends
+   * with an error event (a rerun could repeat what the client has).
+   */
+  private onWorkerDown(): void {
+    this.state = this.state === "loading" ? "loading" : "restarting";
     for (const job of this.jobs.values()) {
       if (job.finished) continue;
       if (!job.output_sent && job.attempts < 2) this.resend.push(job);
@@ -349,70 +204,22 @@ class WorkerEngine implements ManagedEngine {
     }
     this.jobs.clear();
     this.nativeStats = null;
-    this.spawn();
   }
 
   private failAll(code: ErrorCode, message: string): void {
-    for (const job of [...this.jobs.values(), ...this.resend]) if (!job.finished) this.endWithError(job, code, message);
+    for (const job of [...this.jobs.values(), ...this.resend, ...this.preparing]) if (!job.finished) this.endWithError(job, code, message);
     this.jobs.clear();
     this.resend = [];
   }
 
-  async close(): Promise<void> {
-    this.closing = true;
-    const c = this.child;
-    if (c && c.exitCode === null && c.signalCode === null) {
-      await new Promise<void>((res) => {
-        c.once("exit", () => res());
-        c.kill("SIGTERM");
-      });
-    }
-    if (this.ownedCachePath) removeCacheFile(this.ownedCachePath);
-  }
-
-  // ---- requests ----
-
-  private notReady(): ApiError | null {
-    if (this.state === "ready") return null;
-    if (this.state === "failed") return new ApiError("engine_error", "The model failed to load.");
-    return new ApiError("loading", this.state === "restarting" ? "The model's worker is restarting after a fault." : undefined, {
-      retry_after: this.state === "restarting" ? 2 : 5,
-    });
-  }
-
-  private async promptOf(
-    input: GenerationRequest["input"],
-  ): Promise<{ text: string; add_special: boolean; starts_in_thinking: boolean; grammar?: string; state_point_chars?: number }> {
-    if (input.kind === "text") return { text: input.text, add_special: true, starts_in_thinking: false };
-    // A forced tool choice (required / any / a named tool) constrains decoding to one well-formed
-    // call (src/chat/tool-grammar.ts); the prompt still asks for it (src/chat/template.ts).
-    // Thinking is switched off for that turn rather than allowed as a free <think> prefix: an
-    // unconstrained think block has no end but max_tokens, and a small model may never close
-    // it, so the call would never come (Anthropic likewise refuses thinking with forced tools).
-    const forced = forcedTools(input.chat);
-    const chat = forced ? { ...input.chat, enable_thinking: false } : input.chat;
-    const text = renderChatPrompt(chat, this.model, { add_generation_prompt: true });
-    // Templates that open the think block themselves start the answer inside it.
-    const starts_in_thinking = promptOpensThinking(text);
-    return {
-      text,
-      add_special: true,
-      starts_in_thinking,
-      state_point_chars: statePointChars(chat, this.model, text),
-      ...(forced ? { grammar: toolCallGrammar(forced, { starts_in_thinking }) } : {}),
-    };
-  }
+  // ---- admission ----
 
   async countTokens(input: GenerationRequest["input"]): Promise<number> {
-    const err = this.notReady();
+    const err = notReadyError(this.state);
     if (err) throw err;
-    const p = await this.promptOf(input);
-    const rid = this.nextRid++;
-    const n = await new Promise<unknown>((resolve, reject) => {
-      this.replies.set(rid, { resolve, reject });
-      this.send({ t: "tokenize", rid, text: p.text, add_special: p.add_special, parse_special: true });
-    });
-    return n as number;
+    // The grammar is built too: a forced tool whose schema cannot be used is the same 400 here.
+    const p = await preparePrompt(input, this.model, this.grammars);
+    return this.worker.tokenize(p.text, p.add_special, true);
   }
 
   private waitingCounts(tenant: string): { tenant: number; total: number } {
@@ -428,10 +235,9 @@ class WorkerEngine implements ManagedEngine {
     for (const j of this.preparing) count(j);
     return { tenant: t, total };
   }
-  private preparing = new Set<Job>();
 
   submit(req: GenerationRequest, signal?: AbortSignal): AsyncIterable<GenerationEvent> {
-    const err = this.notReady();
+    const err = notReadyError(this.state);
     if (err) throw err;
     const tenant = req.tenant ?? SHARED_TENANT;
     const counts = this.waitingCounts(tenant);
@@ -453,14 +259,13 @@ class WorkerEngine implements ManagedEngine {
       output_sent: false,
       deferred: [],
       finished: false,
-      cancelled: false,
       prompt_text: "",
       add_special: true,
       starts_in_thinking: false,
       grammar: undefined,
       state_point_chars: 0,
       parser: null,
-      held: "",
+      stops: new StopMatcher(req.stop),
       prompt_tokens: 0,
       cached_tokens: 0,
       completion_tokens: 0,
@@ -487,14 +292,15 @@ class WorkerEngine implements ManagedEngine {
 
   private async prepare(job: Job): Promise<void> {
     try {
-      const p = await this.promptOf(job.req.input);
+      const p = await preparePrompt(job.req.input, this.model, this.grammars, job.req.grammar);
       job.prompt_text = p.text;
       job.add_special = p.add_special;
       job.starts_in_thinking = p.starts_in_thinking;
       job.grammar = p.grammar;
-      job.state_point_chars = p.state_point_chars ?? 0;
+      job.state_point_chars = p.state_point_chars;
     } catch (e) {
       this.preparing.delete(job);
+      if (job.finished) return;
       job.finished = true;
       job.detach();
       job.chan.fail(e instanceof ApiError ? e : new ApiError("invalid_request", (e as Error).message));
@@ -502,17 +308,16 @@ class WorkerEngine implements ManagedEngine {
     }
     this.preparing.delete(job);
     if (job.finished) return;
-    if (this.state !== "ready") {
-      this.resend.push(job);
-      return;
-    }
-    await this.dispatch(job);
+    if (this.state !== "ready") this.resend.push(job);
+    else this.dispatch(job);
   }
 
-  private async dispatch(job: Job): Promise<void> {
+  // ---- the job state machine ----
+
+  private dispatch(job: Job): void {
     job.attempts++;
     job.nid = this.nextNid++;
-    job.held = "";
+    job.stops = new StopMatcher(job.req.stop);
     job.deferred = [];
     job.completion_tokens = 0;
     job.reasoning_tokens = 0;
@@ -547,16 +352,14 @@ class WorkerEngine implements ManagedEngine {
         seed: s.seed ?? Math.floor(Math.random() * 0xffffffff),
       },
       ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
-      script_text: job.req.scripted_text,
       ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
     };
-    this.send({ t: "submit", req: sub });
+    this.worker.send({ t: "submit", req: sub });
   }
 
   private cancelJob(job: Job): void {
     if (job.finished) return;
-    job.cancelled = true;
-    if (this.jobs.get(job.nid) === job) this.send({ t: "cancel", id: job.nid });
+    if (this.jobs.get(job.nid) === job) this.worker.send({ t: "cancel", id: job.nid });
     // A job still in the resend queue or being prepared never reaches the worker.
     this.resend = this.resend.filter((j) => j !== job);
     this.finishJob(job, "cancelled", null, null);
@@ -582,37 +385,18 @@ class WorkerEngine implements ManagedEngine {
 
   /** Releases generated text: through the stop matcher, then the output parser for chat. */
   private release(job: Job, text: string, final: boolean): boolean {
-    let pending = job.held + text;
-    const stops = job.req.stop.filter((s) => s.length > 0);
-    let matched: string | null = null;
-    if (stops.length > 0) {
-      let at = -1;
-      for (const s of stops) {
-        const i = pending.indexOf(s);
-        if (i >= 0 && (at < 0 || i < at || (i === at && s.length > (matched?.length ?? 0)))) {
-          at = i;
-          matched = s;
-        }
-      }
-      if (matched !== null) {
-        pending = pending.slice(0, at);
-        job.held = "";
-      } else if (!final) {
-        const keep = partialStopSuffix(pending, stops);
-        job.held = pending.slice(pending.length - keep);
-        pending = pending.slice(0, pending.length - keep);
-      } else job.held = "";
-    }
-    if (pending.length > 0) {
+    const r = job.stops.push(text);
+    const out = r.stop === null && final ? r.text + job.stops.flush() : r.text;
+    if (out.length > 0) {
       if (job.parser) {
-        const evs = job.parser.push(pending);
+        const evs = job.parser.push(out);
         if (evs.some((e) => e.type === "thinking")) job.reasoning_tokens++;
         for (const e of evs) this.emit(job, e);
-      } else this.emit(job, { type: "text", text: pending });
+      } else this.emit(job, { type: "text", text: out });
     }
-    if (matched !== null) {
-      this.send({ t: "cancel", id: job.nid });
-      this.finishJob(job, "stop_sequence", matched, null);
+    if (r.stop !== null) {
+      this.worker.send({ t: "cancel", id: job.nid });
+      this.finishJob(job, "stop_sequence", r.stop, null);
       return true;
     }
     return false;
@@ -720,8 +504,8 @@ class WorkerEngine implements ManagedEngine {
             cache_namespace: n.cache_namespace,
           }
         : {}),
-      worker_pid: this.state === "ready" ? (this.child?.pid ?? null) : null,
-      worker_restarts: this.restarts,
+      worker_pid: this.state === "ready" ? this.worker.pid : null,
+      worker_restarts: this.worker.restarts,
     };
   }
 }

@@ -66,8 +66,6 @@ export interface NativeRequest {
    * (system prompt and tools); saved to the host cache once prefilled. Absent or 0 = none.
    */
   state_point?: number;
-  /** Test-only: emit these ids instead of sampling. */
-  script?: number[] | Int32Array;
 }
 
 export type NativeEvent =
@@ -86,7 +84,8 @@ export type NativeEvent =
       prompt_ms: number;
       predicted_ms: number;
     }
-  | { type: "error"; id: number; message: string };
+  /** fault: the forward pass of the whole batch threw (the engine state is suspect). */
+  | { type: "error"; id: number; message: string; fault?: true };
 
 export interface NativeStats {
   slots_total: number;

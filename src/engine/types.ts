@@ -77,8 +77,6 @@ export interface GenerationRequest {
   stop: string[];
   /** Tenant of the API key (for per-tenant queue limits); undefined without keys. */
   tenant?: string;
-  /** Session tag for logs only (prompt_cache_key / X-Session-Id). */
-  session?: string;
   /**
    * The caller reads the answer only once it is complete (a non-streamed request). The engine
    * then holds the events until "done", so a worker fault mid-generation can rerun the request
@@ -86,11 +84,11 @@ export interface GenerationRequest {
    */
   whole?: boolean;
   /**
-   * Test-only scripted sampler: the engine emits exactly this text, token by token, through the
-   * real tokenizer, detokenizer and stream path. Set only by the test hook (see src/testing.ts),
-   * never from a public request field.
+   * A grammar (native/engine/grammar.h syntax) the output must match, in place of the one a
+   * forced tool choice implies. No route sets it; engine-level callers may (tests script exact
+   * output with a one-literal grammar through the real constrained-decoding path).
    */
-  scripted_text?: string;
+  grammar?: string;
 }
 
 export interface Usage {

@@ -6,7 +6,11 @@
 //   {t:"tokenize", rid, text, add_special, parse_special}  {t:"reply", rid, ok, value | message}
 //   {t:"submit", req: WorkerSubmit}                    {t:"events", evs: NativeEvent[], stats}
 //   {t:"cancel", id}                                   {t:"stats", stats}   (periodic while busy)
-//   {t:"crash"}   only honoured when MB_TEST_HOOKS=1 (set by createEngine({test_hooks: true}))
+//                                                      {t:"fault", message}, then it exits
+//
+// A forward pass that throws leaves every sequence of the batch (and the K/V cache) suspect, so
+// the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
+// after a crash, and the requests of the batch get the one retry they would get then.
 import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
 
 /** A submit: prompt text is tokenized here, saving a round trip per request. */
@@ -19,8 +23,6 @@ export interface WorkerSubmit {
   sampling: NativeSampling;
   /** Output grammar (see NativeRequest.grammar); absent = unconstrained. */
   grammar?: string;
-  /** Test-only scripted output, tokenized without specials. */
-  script_text?: string;
   /** State point in characters of `text` (prompt-cache.ts); absent or 0 = none. */
   state_point_chars?: number;
 }
@@ -29,8 +31,7 @@ export type ToWorker =
   | { t: "load"; opts: NativeLoadOptions }
   | { t: "tokenize"; rid: number; text: string; add_special: boolean; parse_special: boolean }
   | { t: "submit"; req: WorkerSubmit }
-  | { t: "cancel"; id: number }
-  | { t: "crash" };
+  | { t: "cancel"; id: number };
 
 /** A submit rejected before it reached the scheduler (code is an ErrorCode). */
 export interface WorkerReject {
@@ -46,7 +47,11 @@ export type FromWorker =
   | { t: "load_error"; message: string }
   | { t: "reply"; rid: number; ok: boolean; value?: unknown; message?: string }
   | { t: "events"; evs: (NativeEvent | WorkerReject)[]; stats: import("./native.js").NativeStats }
-  | { t: "stats"; stats: import("./native.js").NativeStats };
+  | { t: "stats"; stats: import("./native.js").NativeStats }
+  | { t: "fault"; message: string };
+
+/** Exit status after a fault (EX_SOFTWARE). */
+const FAULT_EXIT = 70;
 
 /**
  * The state point in tokens: the common token prefix of the prompt and its first
@@ -68,6 +73,7 @@ function main(): void {
   let engine: NativeEngine | null = null;
   let n_ctx = 0;
   let active = 0;
+  let faulted = false;
   // The server is gone: nothing left to serve.
   process.on("disconnect", () => process.exit(0));
 
@@ -88,6 +94,15 @@ function main(): void {
         n_ctx = m.opts.n_ctx;
         engine
           .load(m.opts, (evs) => {
+            const fault = evs.find((e) => e.type === "error" && e.fault === true);
+            if (fault) {
+              // Exit once the message is out; events after it would be for a suspect engine.
+              const m: FromWorker = { t: "fault", message: `a forward pass failed: ${(fault as { message: string }).message}` };
+              if (process.connected) process.send!(m, () => process.exit(FAULT_EXIT));
+              else process.exit(FAULT_EXIT);
+              faulted = true;
+            }
+            if (faulted) return;
             for (const e of evs) if (e.type === "done" || e.type === "error") active--;
             send({ t: "events", evs, stats: engine!.stats() });
           })
@@ -111,10 +126,8 @@ function main(): void {
       case "submit": {
         const r = m.req;
         let prompt: Int32Array;
-        let script: Int32Array | undefined;
         try {
           prompt = engine!.tokenize(r.text, r.add_special, r.parse_special);
-          if (r.script_text !== undefined) script = engine!.tokenize(r.script_text, false, false);
         } catch (e) {
           send({ t: "events", evs: [{ type: "reject", id: r.id, code: "invalid_request", message: (e as Error).message, prompt_tokens: 0 }], stats: engine!.stats() });
           break;
@@ -132,15 +145,11 @@ function main(): void {
           break;
         }
         active++;
-        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, script, state_point: statePoint(engine!, r, prompt) });
+        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, state_point: statePoint(engine!, r, prompt) });
         break;
       }
       case "cancel":
         engine?.cancel(m.id);
-        break;
-      case "crash":
-        // Test-only stand-in for a native fault: the same signal a bad pointer would raise.
-        if (process.env.MB_TEST_HOOKS === "1") process.kill(process.pid, "SIGSEGV");
         break;
     }
   });

@@ -1,5 +1,6 @@
 import { CompletionStreamEncoder, fromInternal, toInternal, type CompletionRequest } from "../dialects/openai-completions/index.js";
-import { assertModel, newId, requestContext } from "./common.js";
+import { assertModel, newId } from "./common.js";
+import { requestTenant } from "../app/context.js";
 import { runGeneration } from "./run.js";
 import type { Handler } from "./types.js";
 
@@ -9,7 +10,7 @@ export const createCompletion: Handler = async (api, ctx, deps) => {
   const id = newId("cmpl-");
   const rc = { id, model_id: deps.model_id, created: Math.floor(Date.now() / 1000) };
   const include_usage = (body as { stream_options?: { include_usage?: boolean } | null }).stream_options?.include_usage === true;
-  await runGeneration(ctx, deps, toInternal(body, { id, ...requestContext(ctx) }), {
+  await runGeneration(ctx, deps, toInternal(body, { id, ...requestTenant(ctx) }), {
     stream: body.stream === true,
     whole: (events) => fromInternal(events, rc),
     encoder: () => new CompletionStreamEncoder(rc, { include_usage }),

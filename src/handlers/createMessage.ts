@@ -1,5 +1,6 @@
 import { fromInternal, MessagesStreamEncoder, omitsThinking, toInternal, type MessagesRequest } from "../dialects/anthropic-messages/index.js";
-import { newId, requestContext } from "./common.js";
+import { newId } from "./common.js";
+import { requestTenant } from "../app/context.js";
 import { runGeneration } from "./run.js";
 import type { Handler } from "./types.js";
 
@@ -7,7 +8,7 @@ import type { Handler } from "./types.js";
 export const createMessage: Handler = async (api, ctx, deps) => {
   const body = api.request.requestBody as MessagesRequest;
   const id = newId("msg_");
-  await runGeneration(ctx, deps, toInternal(body, { id, ...requestContext(ctx) }), {
+  await runGeneration(ctx, deps, toInternal(body, { id, ...requestTenant(ctx) }), {
     stream: body.stream === true,
     whole: (events) => fromInternal(events, body, { id, model_id: deps.model_id }),
     encoder: () => new MessagesStreamEncoder({ id, model: body.model ?? deps.model_id, omit_thinking: omitsThinking(body) }),

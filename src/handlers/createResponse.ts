@@ -1,5 +1,6 @@
 import { fromInternal, ResponsesStreamEncoder, toInternal, type ResponsesRequest } from "../dialects/openai-responses/index.js";
-import { assertModel, newId, requestContext } from "./common.js";
+import { assertModel, newId } from "./common.js";
+import { requestTenant } from "../app/context.js";
 import { runGeneration } from "./run.js";
 import type { Handler } from "./types.js";
 
@@ -9,7 +10,7 @@ export const createResponse: Handler = async (api, ctx, deps) => {
   assertModel(deps, body.model);
   const id = newId("resp_");
   const rc = { id, model_id: deps.model_id, created_at: Math.floor(Date.now() / 1000) };
-  await runGeneration(ctx, deps, toInternal(body, { id, ...requestContext(ctx) }), {
+  await runGeneration(ctx, deps, toInternal(body, { id, ...requestTenant(ctx) }), {
     stream: body.stream === true,
     whole: (events) => fromInternal(events, body, rc),
     encoder: () => new ResponsesStreamEncoder(body, rc),

@@ -31,6 +31,3 @@ export const handlers = {
   getMetrics,
   getOpenapi,
 } satisfies Record<OperationId, Handler>;
-
-/** The same map under the name openapi-backend's `register` takes it by. */
-export const register = handlers;

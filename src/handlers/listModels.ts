@@ -1,5 +1,6 @@
 import { basename } from "node:path";
-import type { Handler, AppDeps } from "./types.js";
+import type { Handler } from "./types.js";
+import type { AppDeps } from "../app/context.js";
 import type { components } from "../generated/types.js";
 import { serverInfo } from "../http/server-info.js";
 

@@ -6,7 +6,7 @@ import { collect, observer, startStream } from "../dialects/shared/generation.js
 import type { GenerationEvent, GenerationRequest } from "../engine/types.js";
 import { ApiError, fromEngineError } from "../errors.js";
 import { openSse, type SseFrame } from "../http/sse.js";
-import type { AppDeps } from "./types.js";
+import type { AppDeps } from "../app/context.js";
 
 export interface StreamEncoder {
   push(ev: GenerationEvent): SseFrame[];

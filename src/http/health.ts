@@ -1,5 +1,5 @@
 // The Health object GET /v1/health, /health and / answer with.
-import type { AppDeps } from "../handlers/types.js";
+import type { AppDeps } from "../app/context.js";
 import type { components } from "../generated/types.js";
 import { serverInfo } from "./server-info.js";
 

@@ -1,7 +1,7 @@
 // Server settings that handlers of the core need but that are not part of the agreed AppDeps
 // (the --ui page, --cache-ram). Kept beside the deps object instead of in a global, so two
 // apps in one process (tests) never see each other's settings.
-import type { AppDeps } from "../handlers/types.js";
+import type { AppDeps } from "../app/context.js";
 
 export interface ServerInfo {
   ui: boolean;

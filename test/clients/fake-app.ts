@@ -4,7 +4,8 @@ import Koa from "koa";
 import type { AddressInfo } from "node:net";
 import type { Engine, GenerationEvent, GenerationRequest } from "../../src/engine/types.js";
 import { ApiError, type ErrorDialect } from "../../src/errors.js";
-import type { AppDeps, Handler } from "../../src/handlers/types.js";
+import type { Handler } from "../../src/handlers/types.js";
+import type { AppDeps } from "../../src/app/context.js";
 
 export interface FakeEngineScript {
   /** Events yielded, one per tick; an ApiError entry is thrown from the iterator instead. */

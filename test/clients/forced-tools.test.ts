@@ -95,7 +95,7 @@ describe("forced tool choice: grammar-constrained calls through the SDKs (fixtur
 
   before(async function () {
     if (!existsSync(FIXTURE)) this.skip(); // npm run fixtures
-    server = await startTestServer({ model_path: FIXTURE, model_id: MODEL, ctx: 2048, slots: 2, test_hooks: false });
+    server = await startTestServer({ model_path: FIXTURE, model_id: MODEL, ctx: 2048, slots: 2 });
     openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
     anthropic = new Anthropic({ baseURL: server.url, apiKey: "unused", maxRetries: 0 });
   });
@@ -295,7 +295,7 @@ describe("forced tool choice on a 151936-token vocabulary (qwen3 fixture)", func
 
   before(async function () {
     if (!existsSync(FIXTURE_BIG_VOCAB)) this.skip();
-    server = await startTestServer({ model_path: FIXTURE_BIG_VOCAB, model_id: MODEL, ctx: 2048, slots: 1, test_hooks: false });
+    server = await startTestServer({ model_path: FIXTURE_BIG_VOCAB, model_id: MODEL, ctx: 2048, slots: 1 });
     openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
   });
   after(async () => {
@@ -328,7 +328,7 @@ describe("forced tool choice on the default model (SmolLM2-135M-Instruct)", func
 
   before(async function () {
     if (!existsSync(DEFAULT_MODEL)) this.skip(); // mashbox pull smollm2-135m
-    server = await startTestServer({ model_path: DEFAULT_MODEL, model_id: MODEL, ctx: 2048, slots: 1, test_hooks: false });
+    server = await startTestServer({ model_path: DEFAULT_MODEL, model_id: MODEL, ctx: 2048, slots: 1 });
     openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
   });
   after(async () => {

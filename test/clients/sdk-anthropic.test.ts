@@ -137,12 +137,12 @@ function anthropicSdkSuite(start: () => Promise<TestServer>): void {
 
 describe("clients: @anthropic-ai/sdk against /v1/messages (live engine, fixture model)", function () {
   this.timeout(120_000);
-  anthropicSdkSuite(() => startTestServer({ test_hooks: true }));
+  anthropicSdkSuite(() => startTestServer());
 });
 
 // The same client checks with the output parser and everything above the engine real, the engine
 // an in-memory double: they run where the native engine is not built.
 describe("clients: @anthropic-ai/sdk against /v1/messages (scripted in-memory engine)", function () {
   this.timeout(60_000);
-  anthropicSdkSuite(() => startTestServer({ test_hooks: true, engine: scriptedEngine("test-model"), model_id: "test-model" }));
+  anthropicSdkSuite(() => startTestServer({ engine: scriptedEngine("test-model"), model_id: "test-model" }));
 });

@@ -125,12 +125,12 @@ function responsesSdkSuite(start: () => Promise<TestServer>): void {
 
 describe("clients: openai SDK against /v1/responses (live engine, fixture model)", function () {
   this.timeout(120_000);
-  responsesSdkSuite(() => startTestServer({ test_hooks: true }));
+  responsesSdkSuite(() => startTestServer());
 });
 
 // The same client checks with the output parser and everything above the engine real, the engine
 // an in-memory double: they run where the native engine is not built.
 describe("clients: openai SDK against /v1/responses (scripted in-memory engine)", function () {
   this.timeout(60_000);
-  responsesSdkSuite(() => startTestServer({ test_hooks: true, engine: scriptedEngine("test-model"), model_id: "test-model" }));
+  responsesSdkSuite(() => startTestServer({ engine: scriptedEngine("test-model"), model_id: "test-model" }));
 });

@@ -1,8 +1,9 @@
-// The addon on its own (no worker): load, tokenizer round trip, scripted emission, batched
+// The addon on its own (no worker): load, tokenizer round trip, grammar-forced emission, batched
 // event delivery through the one shared callback, cancel, stats, close.
 import { expect } from "chai";
 import { existsSync } from "node:fs";
 import { loadAddon, type NativeEngine, type NativeEvent } from "../../src/engine/native.js";
+import { literalGrammar } from "../helpers/script.js";
 
 const FIXTURE = "test/fixtures/llama-q8_0.gguf";
 const MODEL = existsSync(FIXTURE) ? FIXTURE : (process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`);
@@ -47,9 +48,9 @@ describe("native addon", function () {
     expect(eng.tokenize("<|im_start|>user", false, false).length).to.be.greaterThan(special.length);
   });
 
-  it("emits scripted tokens with UTF-8-safe pieces", async () => {
+  it("emits the text a one-literal grammar forces, in UTF-8-safe pieces", async () => {
     const text = "naïve 日本語 ok";
-    const evs = await run(1, { script: eng.tokenize(text, false, false), max_tokens: 100 });
+    const evs = await run(1, { grammar: literalGrammar(text), max_tokens: 100 });
     const toks = evs.filter((e) => e.type === "token") as Extract<NativeEvent, { type: "token" }>[];
     const done = evs.at(-1) as Extract<NativeEvent, { type: "done" }>;
     expect(toks.map((t) => t.text).join("") + done.text).to.equal(text);

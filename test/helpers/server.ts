@@ -1,13 +1,17 @@
 // The API test harness: createApp on a REAL engine (a fixture model from test/fixtures, made by
 // `npm run fixtures`) in this process, over real HTTP, with validate_responses on. Every
 // contract violation a server records fails the test that caused it: importing this module
-// installs a root-level afterEach that calls assertNoContractViolations().
+// installs a root-level afterEach that calls assertNoContractViolations(). Requests may carry
+// scripted output (scriptHeader, test/helpers/script.ts).
 import { existsSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
 import type { Engine } from "../../src/engine/types.js";
-import { createApp, TEST_SCRIPT_HEADER, type MashboxApp } from "../../src/server.js";
+import { createApp, type MashboxApp } from "../../src/server.js";
 import { loadApiKeys } from "../../src/security.js";
+import { scriptingEngine, serveScripts } from "./script.js";
+
+export { scriptHeader } from "./script.js";
 
 /** Fixture models in order of preference; the dev model last so a fresh checkout still runs. */
 export const MODEL_CANDIDATES = [
@@ -25,8 +29,6 @@ export function defaultModelPath(): string {
 
 export interface TestServerOptions {
   model_path?: string;
-  /** Honour x-mashbox-test-script (scripted sampler). Default true. */
-  test_hooks?: boolean;
   api_keys_file?: string;
   /** --host the app is configured with (it always listens on 127.0.0.1 in tests). */
   host?: string;
@@ -35,6 +37,8 @@ export interface TestServerOptions {
   ui?: boolean;
   /** Wait for the model to load before resolving (default true). */
   wait_ready?: boolean;
+  /** Honour x-test-script (test/helpers/script.ts); default true. False serves the app as production does. */
+  scripts?: boolean;
   /** Serve this engine instead of a real one (only for states a real engine cannot be held in). */
   engine?: Engine;
   model_id?: string;
@@ -57,7 +61,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
   const slots = opts.slots ?? 2;
   const ctx = opts.ctx ?? 512;
   let managed: ManagedEngine | null = null;
-  const engine: Engine =
+  const inner: Engine =
     opts.engine ??
     (managed = createEngine({
       model_path: opts.model_path ?? defaultModelPath(),
@@ -65,8 +69,9 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
       n_ctx: ctx,
       n_slots: slots,
       n_threads: 1, // the dev box is shared: one thread per test engine
-      test_hooks: opts.test_hooks ?? true,
     }));
+  const scripts = opts.scripts !== false;
+  const engine = scripts ? scriptingEngine(inner) : inner;
   const logs: string[] = [];
   let app: MashboxApp;
   try {
@@ -78,7 +83,6 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
       api_keys: opts.api_keys_file ? loadApiKeys({ file: opts.api_keys_file }) : null,
       ui: opts.ui,
       validate_responses: true,
-      test_hooks: opts.test_hooks ?? true,
       log: (line) => {
         logs.push(line);
         if (line.startsWith("CONTRACT VIOLATION") || line.startsWith("internal error")) process.stderr.write(`[server] ${line}\n`);
@@ -88,7 +92,8 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
     await managed?.close();
     throw e;
   }
-  const { port } = await app.listen(0, "127.0.0.1");
+  const { port, server } = await app.listen(0, "127.0.0.1");
+  if (scripts) serveScripts(server);
   live.add(app);
   if (managed && opts.wait_ready !== false) {
     try {
@@ -122,11 +127,6 @@ export function assertNoContractViolations(): void {
   const all: string[] = [];
   for (const app of live) all.push(...app.contract_violations.splice(0));
   if (all.length) throw new Error(`the server answered outside openapi.json:\n  ${all.join("\n  ")}`);
-}
-
-/** Header that makes the scripted sampler emit exactly `text` (servers started with test_hooks). */
-export function scriptHeader(text: string): Record<string, string> {
-  return { [TEST_SCRIPT_HEADER]: encodeURIComponent(text) };
 }
 
 /** JSON POST helper. */

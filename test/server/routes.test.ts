@@ -166,7 +166,7 @@ describe("server routes", function () {
     expect(line).to.match(/^POST \/v1\/completions 499 [\d.]+ms client-closed session=left-early$/);
   });
 
-  it("x-mashbox-test-script drives the scripted sampler when test_hooks is on", async () => {
+  it("x-test-script scripts the output through a one-literal grammar (test harness)", async () => {
     const r = await postJson(`${s.url}/v1/completions`, { prompt: "x", max_tokens: 32 }, scriptHeader("Scripted ✓ text"));
     expect(r.status).to.equal(200);
     expect((await r.json()).choices[0].text).to.equal("Scripted ✓ text");
@@ -196,11 +196,11 @@ describe("server routes", function () {
   });
 });
 
-describe("server routes without test hooks, with --ui", function () {
+describe("server routes as production serves them, with --ui", function () {
   this.timeout(120000);
   let s: TestServer;
   before(async () => {
-    s = await startTestServer({ test_hooks: false, ui: true });
+    s = await startTestServer({ scripts: false, ui: true });
   });
   after(async () => {
     await s?.close();
@@ -214,7 +214,7 @@ describe("server routes without test hooks, with --ui", function () {
     expect(html).to.include("MASHBOX Chat").and.include("/v1/chat/completions");
   });
 
-  it("ignores x-mashbox-test-script without test_hooks", async () => {
+  it("knows no script header: the test harness alone adds it", async () => {
     const r = await postJson(`${s.url}/v1/completions`, { prompt: "x", max_tokens: 4 }, scriptHeader("SCRIPTED-ONLY-IN-TESTS"));
     expect(r.status).to.equal(200);
     expect((await r.json()).choices[0].text).to.not.equal("SCRIPTED-ONLY-IN-TESTS");

@@ -159,11 +159,11 @@ describe("security: HTTP", function () {
   });
 });
 
-describe("security: tenants reach requestContext", () => {
+describe("security: tenants reach requestTenant", () => {
   it("keys sharing a name share a tenant; an unnamed key is its own", async () => {
     const Koa = (await import("koa")).default;
     const { securityMiddleware } = await import("../../src/security.js");
-    const { requestContext } = await import("../../src/handlers/common.js");
+    const { requestTenant } = await import("../../src/app/context.js");
     const keys = loadApiKeys({ file: KEY_FILE })!;
     const app = new Koa();
     let port = 0;
@@ -176,7 +176,7 @@ describe("security: tenants reach requestContext", () => {
     });
     app.use(securityMiddleware({ host: "127.0.0.1", port: () => port, keys }));
     app.use((ctx) => {
-      ctx.body = { tenant: requestContext(ctx).tenant ?? null };
+      ctx.body = { tenant: requestTenant(ctx).tenant ?? null };
     });
     const server = app.listen(0, "127.0.0.1");
     await new Promise((r) => server.once("listening", r));

@@ -1,8 +1,10 @@
 // Scheduler behaviour on a fake model whose logits depend on every token in the slot's KV, so any
 // mix-up of slots, positions, chunking or prefix reuse changes the output. The fake also checks
 // that each slot's K/V is written contiguously (pos == tokens held).
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <stdexcept>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,6 +34,14 @@ class FakeModel : public Model {
   FakeModel(int slots) : kv_(slots) { cfg_.arch = "fake"; cfg_.n_vocab = kVocab; }
   const ModelConfig& config() const override { return cfg_; }
   void forward(const Batch& b, float* out) override {
+    if (fail_on_shared_batch) {
+      bool shared = false;
+      for (size_t t = 1; t < b.slot.size(); t++) shared = shared || b.slot[t] != b.slot[0];
+      if (shared) {
+        fail_on_shared_batch = false;
+        throw std::runtime_error("fake device fault");
+      }
+    }
     max_batch_seen = std::max(max_batch_seen, b.token.size());
     size_t r = 0;
     for (size_t t = 0; t < b.token.size(); t++) {
@@ -54,6 +64,7 @@ class FakeModel : public Model {
   int copies = 0;
   size_t kv_bytes() const override { return 0; }
   int bad_pos = 0;
+  std::atomic<bool> fail_on_shared_batch{false};  // throw once, from a batch of two sequences
   size_t max_batch_seen = 0;
   size_t tokens_forwarded = 0;
  private:
@@ -78,7 +89,7 @@ class FakeTok : public Tokenizer {
 };
 
 struct Result {
-  bool started = false, done = false, error = false;
+  bool started = false, done = false, error = false, fault = false;
   int cached = -1;
   std::vector<int32_t> tokens;
   std::string text, finish, message;
@@ -96,7 +107,7 @@ struct Collector {
       if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
       if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; }
-      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.message = e.message; }
+      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.message = e.message; }
     }
     cv.notify_all();
   }
@@ -228,7 +239,7 @@ int main() {
     s.cancel(3);
     CHECK_EQ(c.wait(3).finish, std::string("cancelled"));
   }
-  {  // end of context, EOG, too-long prompt, max_tokens 0, scripted tokens with split UTF-8
+  {  // end of context, EOG, too-long prompt, max_tokens 0, a one-literal grammar with split UTF-8
     Collector c;
     Scheduler s(std::make_unique<FakeModel>(2), std::make_shared<FakeTok>(), {2, 32, 512}, [&](auto&& e) { c.sink(std::move(e)); });
     s.submit(req(1, make_prompt(30, 0), -1));
@@ -247,14 +258,14 @@ int main() {
     Result r4 = c.wait(4);
     CHECK_EQ(r4.finish, std::string("length"));
     CHECK_EQ(r4.completion, 0);
+    // Exact output, the way tests script it: é exists only as two single-byte tokens.
     EngineRequest sr = req(5, make_prompt(4, 0), 100);
-    sr.scripted = true;
-    sr.script = {0, 60, 61, 1, kEog};
+    sr.grammar = "root ::= \"a\\u00e9b\"";
     s.submit(sr);
     Result r5 = c.wait(5);
     CHECK_EQ(r5.finish, std::string("stop"));
     CHECK_EQ(r5.text, std::string("a\xC3\xA9" "b"));
-    CHECK_EQ(r5.completion, 5);
+    CHECK_EQ(r5.completion, 4);
   }
   {  // grammar-constrained requests: forced bytes, UTF-8 split over tokens, sampling, errors
     Collector c;
@@ -299,6 +310,7 @@ int main() {
     CHECK(rb.error);
     CHECK(rb.message.find("invalid grammar") != std::string::npos);
     CHECK(rb.message.find("unterminated") != std::string::npos);
+    CHECK(!rb.fault);  // one request's problem, not the engine's
     EngineRequest stuck = req(22, make_prompt(5, 4), 10);
     stuck.grammar = "root ::= \"a!\"";  // no token spells "!"
     s.submit(stuck);
@@ -309,6 +321,18 @@ int main() {
     // The slots were freed: an ordinary request still runs to its budget.
     s.submit(req(23, make_prompt(5, 5), 4));
     CHECK_EQ(c.wait(23).completion, 4);
+    CHECK_EQ(s.stats().slots_in_use, 0);
+  }
+  {  // a forward pass that throws fails every sequence of the batch as a fault (the worker restarts)
+    Collector c;
+    auto owned = std::make_unique<FakeModel>(2);
+    owned->fail_on_shared_batch = true;
+    Scheduler s(std::move(owned), std::make_shared<FakeTok>(), {2, 4096, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    s.submit(req(1, make_prompt(5, 0), -1));
+    s.submit(req(2, make_prompt(6, 1), -1));
+    Result r1 = c.wait(1), r2 = c.wait(2);
+    CHECK(r1.error && r1.fault && r2.error && r2.fault);
+    CHECK(r1.message.find("fake device fault") != std::string::npos);
     CHECK_EQ(s.stats().slots_in_use, 0);
   }
   TEST_MAIN_END();

@@ -1,15 +1,10 @@
 import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
 import { badField, unsupported } from "../../errors.js";
 import { commonGenerationFields } from "../shared/request.js";
+import type { RequestContext } from "../shared/context.js";
 import type { MessageParam, MessagesRequest, RequestBlock, ToolParam, ToolResultBlock } from "./types.js";
 
-/** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
-export interface RequestContext {
-  id: string;
-  tenant?: string;
-  session?: string;
-  scripted_text?: string;
-}
+export type { RequestContext };
 
 // Media blocks are documented as refused: the models served here read text only.
 const MEDIA_BLOCKS = new Set(["image", "document", "search_result", "container_upload"]);
@@ -195,7 +190,6 @@ export function toInternal(body: MessagesRequest, ctx: RequestContext): Generati
     throw unsupported("output_config.format", "structured output");
   }
   const common = commonGenerationFields(body as unknown as Record<string, unknown>);
-  const session = body.prompt_cache_key ?? ctx.session;
   return {
     id: ctx.id,
     input: { kind: "chat", chat: chatPrompt(body) },
@@ -203,7 +197,5 @@ export function toInternal(body: MessagesRequest, ctx: RequestContext): Generati
     max_tokens: common.max_tokens,
     stop: common.stop,
     ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
-    ...(session !== undefined ? { session } : {}),
-    ...(ctx.scripted_text !== undefined ? { scripted_text: ctx.scripted_text } : {}),
   };
 }

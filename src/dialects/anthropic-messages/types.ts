@@ -110,13 +110,8 @@ export interface Message {
   usage: MessageUsage;
 }
 
-/** What the dialect needs besides the request body to render an answer. */
-export interface RenderContext {
-  /** msg_… id of this answer. */
-  id: string;
-  /** The model id this server runs; used when the request names none. */
-  model_id: string;
-}
+/** msg_… id and served model id. */
+export type { RenderContext } from "../shared/context.js";
 
 /** Signature every thinking block carries: nothing here verifies it, but clients require one. */
 export const THINKING_SIGNATURE = "mashbox-local";

@@ -126,7 +126,6 @@ export function toInternal(body: ChatCompletionRequest, rc: RequestContext): Gen
   const format = body.response_format;
   if (format && format.type !== "text") throw unsupported("response_format", "structured output (json_object, json_schema)");
   const common = commonGenerationFields(json, ["max_completion_tokens", "max_tokens"]);
-  const session = rc.session ?? (typeof body.prompt_cache_key === "string" ? body.prompt_cache_key : undefined);
   return {
     id: rc.id,
     input: { kind: "chat", chat: chatPrompt(body) },
@@ -134,7 +133,5 @@ export function toInternal(body: ChatCompletionRequest, rc: RequestContext): Gen
     max_tokens: common.max_tokens,
     stop: common.stop,
     ...(rc.tenant !== undefined ? { tenant: rc.tenant } : {}),
-    ...(session !== undefined ? { session } : {}),
-    ...(rc.scripted_text !== undefined ? { scripted_text: rc.scripted_text } : {}),
   };
 }

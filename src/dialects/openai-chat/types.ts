@@ -11,17 +11,6 @@ export type ChatUsage = S["ChatUsage"];
 export type ChatTimings = S["MashboxTimings"];
 export type StreamError = S["OpenAIStreamError"];
 
-/** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
-export interface RequestContext {
-  id: string;
-  tenant?: string;
-  session?: string;
-  scripted_text?: string;
-}
-
+export type { RequestContext } from "../shared/context.js";
 /** What the encoders stamp on every object: chatcmpl-… id, served model id, unix seconds. */
-export interface RenderContext {
-  id: string;
-  model_id: string;
-  created: number;
-}
+export type { CreatedRenderContext as RenderContext } from "../shared/context.js";

@@ -5,24 +5,15 @@ import { badField, fromEngineError } from "../../errors.js";
 import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
 import { commonGenerationFields } from "../shared/request.js";
+import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
 
 export type CompletionRequest = components["schemas"]["TextCompletionRequest"];
 export type Completion = components["schemas"]["TextCompletion"];
 type StreamError = components["schemas"]["OpenAIStreamError"];
 
-export interface RequestContext {
-  id: string;
-  tenant?: string;
-  session?: string;
-  scripted_text?: string;
-}
-
+export type { RequestContext };
 /** cmpl-… id, served model id, unix seconds. */
-export interface RenderContext {
-  id: string;
-  model_id: string;
-  created: number;
-}
+export type RenderContext = CreatedRenderContext;
 
 /**
  * Stable per served model: clients use system_fingerprint to notice that the backend changed,
@@ -44,7 +35,6 @@ export function toInternal(body: CompletionRequest, rc: RequestContext): Generat
   const json: Record<string, unknown> = { ...body };
   if (json.logprobs === 0) delete json.logprobs;
   const common = commonGenerationFields(json, ["max_completion_tokens", "max_tokens"]);
-  const session = rc.session ?? (typeof body.prompt_cache_key === "string" ? body.prompt_cache_key : undefined);
   return {
     id: rc.id,
     input: { kind: "text", text },
@@ -52,8 +42,6 @@ export function toInternal(body: CompletionRequest, rc: RequestContext): Generat
     max_tokens: common.max_tokens,
     stop: common.stop,
     ...(rc.tenant !== undefined ? { tenant: rc.tenant } : {}),
-    ...(session !== undefined ? { session } : {}),
-    ...(rc.scripted_text !== undefined ? { scripted_text: rc.scripted_text } : {}),
   };
 }
 

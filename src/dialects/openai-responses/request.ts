@@ -1,15 +1,10 @@
 import type { ChatPrompt, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
 import { badField, unsupported } from "../../errors.js";
 import { commonGenerationFields } from "../shared/request.js";
+import type { RequestContext } from "../shared/context.js";
 import type { ContentPart, InputItem, ResponsesRequest, ToolParam } from "./types.js";
 
-/** Per-request facts that do not come from the body (ids, key tenant, session header, test hook). */
-export interface RequestContext {
-  id: string;
-  tenant?: string;
-  session?: string;
-  scripted_text?: string;
-}
+export type { RequestContext };
 
 // Parts that carry text; everything else in a message is media, refused for a text-only model.
 const TEXT_PARTS = new Set(["input_text", "output_text", "text", "summary_text", "reasoning_text"]);
@@ -182,7 +177,6 @@ export function toInternal(body: ResponsesRequest, ctx: RequestContext): Generat
     if (typeof entry === "string" && entry.includes("logprobs")) throw unsupported(`include[${i}]`, "log probabilities");
   });
   const common = commonGenerationFields(body as Record<string, unknown>, ["max_output_tokens", "max_completion_tokens", "max_tokens"]);
-  const session = body.prompt_cache_key ?? ctx.session;
   return {
     id: ctx.id,
     input: { kind: "chat", chat: chatPrompt(body) },
@@ -190,7 +184,5 @@ export function toInternal(body: ResponsesRequest, ctx: RequestContext): Generat
     max_tokens: common.max_tokens,
     stop: common.stop,
     ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
-    ...(session !== undefined ? { session } : {}),
-    ...(ctx.scripted_text !== undefined ? { scripted_text: ctx.scripted_text } : {}),
   };
 }

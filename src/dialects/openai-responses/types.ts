@@ -1,5 +1,6 @@
 // Wire shapes of the OpenAI Responses API as this server reads and writes them. Only the fields
 // the dialect acts on are typed; openapi-backend has already validated the body.
+import type { RenderContext as SharedRenderContext } from "../shared/context.js";
 
 export interface ContentPart {
   type: string;
@@ -89,12 +90,8 @@ export interface ResponseObject {
   error?: { code: string; message: string };
 }
 
-/** What the dialect needs besides the request body to render an answer. */
-export interface RenderContext {
-  /** resp_… id of this answer. */
-  id: string;
-  /** The model id this server runs; used when the request names none. */
-  model_id: string;
+/** resp_… id and served model id (src/dialects/shared/context.ts), and the creation time. */
+export interface RenderContext extends SharedRenderContext {
   /** Unix seconds. */
   created_at: number;
 }

@@ -2,7 +2,7 @@
 // collecting a non-streamed answer, peeking at the first event before committing to a 200
 // stream). Engine-level only: no koa, no wire shapes.
 import type { Engine, GenerationEvent, GenerationRequest } from "../../engine/types.js";
-import type { AppDeps } from "../../handlers/types.js";
+import type { AppDeps } from "../../app/context.js";
 
 /**
  * Calls deps.observe.generation once, when the "done" event passes through. A `whole` request

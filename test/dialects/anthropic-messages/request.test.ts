@@ -173,9 +173,8 @@ describe("anthropic-messages toInternal", () => {
     expect(req.sampling).to.deep.equal({ temperature: 0, top_p: 1, top_k: 5, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0, seed: 7 });
   });
 
-  it("carries tenant, session and the scripted text from the context", () => {
-    const req = toInternal({ messages: [user("x")], prompt_cache_key: "pck" }, { id: "r9", tenant: "t", session: "hdr", scripted_text: "Hi" });
-    expect(req).to.include({ id: "r9", tenant: "t", session: "pck", scripted_text: "Hi" });
-    expect(toInternal({ messages: [user("x")] }, { id: "r9", session: "hdr" }).session).to.equal("hdr");
+  it("carries the id and tenant from the context", () => {
+    const req = toInternal({ messages: [user("x")], prompt_cache_key: "pck" }, { id: "r9", tenant: "t" });
+    expect(req).to.include({ id: "r9", tenant: "t" });
   });
 });

@@ -8,6 +8,7 @@ import { OutputParser } from "../../../src/chat/parser.js";
 import { promptOpensThinking, renderChatPrompt } from "../../../src/chat/template.js";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "../../../src/engine/types.js";
 import { createApp, type MashboxApp } from "../../../src/server.js";
+import { currentScript, scriptHeader, serveScripts } from "../../helpers/script.js";
 
 const MODEL: ModelInfo = {
   id: "stub-model", path: "/dev/null", architecture: "llama", n_ctx: 4096, n_ctx_train: 4096, slots: 1, n_vocab: 100, file_bytes: 0, bpw: 0,
@@ -32,7 +33,7 @@ class StubEngine implements Engine {
   async *submit(req: GenerationRequest): AsyncIterable<GenerationEvent> {
     this.last = req;
     const prompt = this.prompt(req.input);
-    let text = req.scripted_text ?? "Hello from the stub.";
+    let text = currentScript() ?? "Hello from the stub.";
     const fail = text.indexOf(FAIL);
     if (fail >= 0) text = text.slice(0, fail);
     yield { type: "start", prompt_tokens: prompt.length, cached_tokens: 0 };
@@ -73,7 +74,7 @@ class StubEngine implements Engine {
 
 const TOOLS = [{ type: "function" as const, function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
 const CALL = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>';
-const scripted = (text: string) => ({ headers: { "x-mashbox-test-script": encodeURIComponent(text) } });
+const scripted = (text: string) => ({ headers: scriptHeader(text) });
 
 describe("http: OpenAI chat + completions handlers (stub engine)", function () {
   let app: MashboxApp;
@@ -83,8 +84,10 @@ describe("http: OpenAI chat + completions handlers (stub engine)", function () {
 
   before(async () => {
     engine = new StubEngine();
-    app = createApp({ engine, model_id: "stub-model", port: 0, validate_responses: true, test_hooks: true, log: () => {} });
-    url = (await app.listen(0, "127.0.0.1")).url;
+    app = createApp({ engine, model_id: "stub-model", port: 0, validate_responses: true, log: () => {} });
+    const listening = await app.listen(0, "127.0.0.1");
+    serveScripts(listening.server);
+    url = listening.url;
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
   });
   after(async () => app?.close());
@@ -159,7 +162,7 @@ describe("http: OpenAI chat + completions handlers (stub engine)", function () {
     // Raw wire: the error payload then [DONE].
     const raw = await fetch(`${url}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json", "x-mashbox-test-script": encodeURIComponent(`p${FAIL}`) },
+      headers: { "content-type": "application/json", ...scriptHeader(`p${FAIL}`) },
       body: JSON.stringify({ messages: [{ role: "user", content: "x" }], stream: true }),
     });
     const frames = (await raw.text()).trim().split("\n\n");

@@ -29,15 +29,14 @@ describe("openai-chat toInternal", () => {
     expect(r.input).to.deep.equal({ kind: "chat", chat: { system: [], turns: [{ role: "user", content: "Hi" }], tools: [], tool_choice: { type: "auto" } } });
   });
 
-  it("reads sampling, budget precedence, stop precedence and session", () => {
+  it("reads sampling, budget precedence and stop precedence; carries the tenant", () => {
     const r = req({ temperature: 0.7, top_p: 0.9, top_k: 40, min_p: 0.05, seed: 7, repetition_penalty: 1.1, frequency_penalty: 0.5, presence_penalty: -0.5, max_tokens: 10, max_completion_tokens: 20, stop: "END", stop_sequences: ["X"], prompt_cache_key: "s1" });
     expect(r.sampling).to.deep.equal({ temperature: 0.7, top_p: 0.9, top_k: 40, min_p: 0.05, repetition_penalty: 1.1, frequency_penalty: 0.5, presence_penalty: -0.5, seed: 7 });
     expect(r.max_tokens).to.equal(20);
     expect(r.stop).to.deep.equal(["END"]);
-    expect(r.session).to.equal("s1");
     expect(req({ max_tokens: 5 }).max_tokens).to.equal(5);
     expect(req({ stop_sequences: ["A", "B"] }).stop).to.deep.equal(["A", "B"]);
-    expect(toInternal({ messages: [{ role: "user", content: "x" }] }, { id: "i", session: "hdr", tenant: "t", scripted_text: "s" })).to.include({ session: "hdr", tenant: "t", scripted_text: "s" });
+    expect(toInternal({ messages: [{ role: "user", content: "x" }] }, { id: "i", tenant: "t" })).to.include({ id: "i", tenant: "t" });
   });
 
   it("joins system and developer text, keeps text parts, replays tool calls, reasoning and results", () => {

@@ -1,0 +1,65 @@
+// What the model is given for a request: the prompt text (the model's chat template for chat
+// input, the raw text otherwise) and the grammar its output must match, if any.
+import { renderChatPrompt, promptOpensThinking } from "../chat/template.js";
+import { forcedTools } from "../chat/tool-grammar.js";
+import { statePointChars } from "./prompt-cache.js";
+import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
+import type { GenerationRequest, ModelInfo, ToolSpec } from "./types.js";
+
+export interface PreparedPrompt {
+  text: string;
+  add_special: boolean;
+  /** The template opened a think block: the answer starts inside it. */
+  starts_in_thinking: boolean;
+  /** Output grammar (native/engine/grammar.h); undefined = free. */
+  grammar: string | undefined;
+  /** Where the part a new conversation of this client shares ends, in characters (prompt-cache.ts). */
+  state_point_chars: number;
+}
+
+/**
+ * A forced tool choice (required / any / a named tool) constrains decoding to one well-formed
+ * call (src/chat/tool-grammar.ts); the prompt still asks for it (src/chat/template.ts).
+ * Thinking is switched off for that turn rather than allowed as a free <think> prefix: an
+ * unconstrained think block has no end but max_tokens, and a small model may never close it, so
+ * the call would never come (Anthropic likewise refuses thinking with forced tools).
+ * A request's own grammar replaces the forced-call one.
+ */
+export async function preparePrompt(
+  input: GenerationRequest["input"],
+  model: ModelInfo,
+  grammars: GrammarPool,
+  grammar?: string,
+): Promise<PreparedPrompt> {
+  if (input.kind === "text") return { text: input.text, add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0 };
+  const forced = forcedTools(input.chat);
+  const chat = forced ? { ...input.chat, enable_thinking: false } : input.chat;
+  let text: string;
+  try {
+    text = renderChatPrompt(chat, model, { add_generation_prompt: true });
+  } catch (e) {
+    // The template prints each tool's schema; one nested thousands deep exhausts the stack.
+    if (e instanceof RangeError) throw toolSchemaError([deepestTool(chat.tools)], "it is nested too deeply to print into the prompt");
+    throw e;
+  }
+  const starts_in_thinking = promptOpensThinking(text);
+  if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking);
+  return { text, add_special: true, starts_in_thinking, grammar, state_point_chars: statePointChars(chat, model, text) };
+}
+
+/** The name of the tool whose parameters nest deepest (counted without recursion). */
+function deepestTool(tools: ToolSpec[]): string {
+  let best = { name: tools[0]?.name ?? "?", depth: -1 };
+  for (const t of tools) {
+    let depth = 0;
+    const stack: [unknown, number][] = [[t.parameters, 1]];
+    while (stack.length > 0) {
+      const [v, d] = stack.pop()!;
+      if (v === null || typeof v !== "object") continue;
+      depth = Math.max(depth, d);
+      for (const child of Object.values(v)) stack.push([child, d + 1]);
+    }
+    if (depth > best.depth) best = { name: t.name, depth };
+  }
+  return best.name;
+}

@@ -1,0 +1,25 @@
+// The one "not ready" answer: the engine, the server's route gate and the CLI's stand-in engine
+// (while the model is still being pulled) all refuse generation with exactly this error.
+import { ApiError } from "../errors.js";
+import type { Engine } from "./types.js";
+
+/**
+ * Seconds a client should wait before trying again while the model loads or its worker starts
+ * again after a fault (both are one model load; a small model takes about a second, a large
+ * one several).
+ */
+export const NOT_READY_RETRY_AFTER_S = 5;
+
+/** The error generation routes answer with in `state`; null when ready. */
+export function notReadyError(state: Engine["state"]): ApiError | null {
+  switch (state) {
+    case "ready":
+      return null;
+    case "failed":
+      return new ApiError("engine_error", "The model failed to load.");
+    case "restarting":
+      return new ApiError("loading", "The model's worker is restarting after a fault.", { retry_after: NOT_READY_RETRY_AFTER_S });
+    case "loading":
+      return new ApiError("loading", undefined, { retry_after: NOT_READY_RETRY_AFTER_S });
+  }
+}
