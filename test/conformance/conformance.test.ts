@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
-import { checkStream } from "../../src/conformance/conformance.js";
+import { checkStream, parseJunit } from "../../src/conformance/conformance.js";
 import { cmdConformance } from "../../src/conformance/command.js";
 import { defaultModelPath } from "../helpers/server.js";
 
@@ -150,6 +150,40 @@ describe("mashbox conformance", function () {
     } finally {
       mock.close();
     }
+  });
+
+  it("reads schemathesis's junit report: a check fails once per operation, errors are grouped, skipped operations do not count", () => {
+    const refused = "Network Error\n\nConnection failed\n\n    Failed to establish a new connection: [Errno 111] Connection refused\n";
+    const xml = `<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="schemathesis">
+  <testcase name="GET /health" time="0.1"/>
+  <testcase name="GET /v1/models" time="0.2"><failure type="failure" message="ST101, ST108">1. Test Case ID: abc123
+
+- ST101 Server error
+
+- ST108 Response violates schema
+
+    &quot;object&quot; is a required property
+
+    Validated against the response schema for status code 200.
+
+2. Test Case ID: def456
+
+- ST108 Response violates schema
+
+    &quot;data&quot; is a required property
+</failure></testcase>
+  <testcase name="POST /v1/completions" time="0.3">${[1, 2, 3].map(() => `<error type="error">${refused}</error>`).join("")}</testcase>
+  <testcase name="GET /metrics" time="0"><skipped message="No examples in schema"/></testcase>
+</testsuite></testsuites>`;
+    const r = parseJunit(xml);
+    expect(r.failures).to.deep.equal([
+      "FAIL GET /v1/models not_a_server_error: ST101 Server error (case abc123)",
+      'FAIL GET /v1/models response_schema_conformance: ST108 Response violates schema: "object" is a required property (case abc123)',
+      "FAIL POST /v1/completions request_error: Network Error: Failed to establish a new connection: [Errno 111] Connection refused (3 cases)",
+    ]);
+    // GET /health: 4; GET /v1/models: the two checks that did not fail; nothing for the errored or skipped ones.
+    expect(r.passed).to.equal(4 + 2);
   });
 
   it("refuses bad arguments with exit 2, and an unreachable server with one failure", async () => {
