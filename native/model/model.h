@@ -1,6 +1,7 @@
-// Engine-facing model interface. Each architecture has its own file with its whole forward pass
-// (model_llama.cpp, model_qwen2.cpp, model_qwen3.cpp, model_qwen3moe.cpp), built from the shared
-// pieces in transformer.h; loader.h reads the GGUF for them.
+// Engine-facing model interface. Each architecture's whole forward pass is written out in one
+// file: model_llama.cpp (llama, and qwen2 whose graph is the same), model_qwen3.cpp,
+// model_qwen3moe.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
+// the GGUF for them.
 //
 // Dimension legend used in every model file:
 //   T  tokens in the current batch      D  n_embd (embedding_length)

@@ -1,6 +1,8 @@
-// llama: pre-norm decoder, grouped-query attention with RoPE on adjacent pairs (llama.cpp's
-// LLAMA_ROPE_TYPE_NORM), SwiGLU feed-forward. Q/K/V biases are added when the file has them, as
-// llama.cpp's build_qkv does.
+// llama and qwen2: one graph. Pre-norm decoder, grouped-query attention with RoPE, SwiGLU
+// feed-forward. The two differ in what the factories below say:
+//   llama  RoPE on adjacent pairs (llama.cpp's LLAMA_ROPE_TYPE_NORM); Q/K/V biases added when
+//          the file has them, as llama.cpp's build_qkv does
+//   qwen2  RoPE on rotated halves (LLAMA_ROPE_TYPE_NEOX); Q/K/V biases required
 //
 // Dimension legend: T tokens in the chunk (<= Tm), D n_embd, H heads, Hk KV heads, Dh head dim,
 // F n_ff, V n_vocab, L layers.
@@ -8,7 +10,7 @@
 //   x = token_embd[token]                                              x [T, D]
 //   each layer:
 //     xn = rmsnorm(x) * attn_norm
-//     q, k, v = xn·Wq (+bq), xn·Wk (+bk), xn·Wv (+bv)                   q [T, H*Dh]  k, v [T, Hk*Dh]
+//     q, k, v = xn·Wq + bq, xn·Wk + bk, xn·Wv + bv                      q [T, H*Dh]  k, v [T, Hk*Dh]
 //     q, k = rope(q), rope(k);  k, v -> KV cache
 //     x += attention(q, K, V)·Wo
 //     x += swiglu(rmsnorm(x) * ffn_norm)
@@ -21,33 +23,24 @@ using namespace model_detail;
 
 class Llama final : public Transformer {
  public:
-  Llama(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
+  Llama(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool, Biases biases)
       : Transformer(std::move(file), cfg, cap, pool) {
     const WeightLoader w(*file_, cfg_);
-    token_embd_ = w.token_embd();
-    output_norm_ = w.vector("output_norm.weight", D_);
-    output_ = w.output(token_embd_);
-    for (int il = 0; il < L_; il++) layers_.push_back({w.attention(il, Biases::optional), w.swiglu(il)});
+    for (int il = 0; il < L_; il++) layers_.push_back({w.attention(il, biases), w.swiglu(il)});
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    embed(token_embd_, c, x_);                              // x [T, D]
+    embed(c, x_);                                           // x [T, D]
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
-      mm(l.attn.wq, xn_, q_, T);                            // q [T, H*Dh]
-      mm(l.attn.wk, xn_, k_, T);                            // k [T, Hk*Dh]
-      mm(l.attn.wv, xn_, v_, T);                            // v [T, Hk*Dh]
+      project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
       par_for(T, [&](int t) {
-        float* q = &q_[(size_t)t * HD_];                    // [H*Dh]
-        float* k = &k_[(size_t)t * KD_];                    // [Hk*Dh]
-        float* v = &v_[(size_t)t * KD_];                    // [Hk*Dh]
-        add_qkv_biases(l.attn, q, k, v);
-        rope_heads(q, H_, c.pos[t]);
-        rope_heads(k, Hk_, c.pos[t]);
-        store_kv(il, c.slot[t], c.pos[t], k, v);
+        rope_heads(q_row(t), H_, c.pos[t]);
+        rope_heads(k_row(t), Hk_, c.pos[t]);
+        store_kv(il, c, t);
       });
       attention(il, c, q_, att_);                           // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
@@ -56,26 +49,33 @@ class Llama final : public Transformer {
       swiglu(l.ffn, xn_, y_, T);                            // y [T, D]
       add_rows(x_, y_, T);
     }
-    logits_of_wanted(output_norm_, output_, c, x_, logits);
+    logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
   }
 
   struct Layer {
-    AttentionWeights attn;  // blk.N.attn_norm, attn_{q,k,v,output}; attn_{q,k,v}.bias if present
+    AttentionWeights attn;  // blk.N.attn_norm, attn_{q,k,v,output}, attn_{q,k,v}.bias
     SwiGluWeights ffn;      // blk.N.ffn_norm, ffn_{gate,up,down}
   };
-  QMatrix token_embd_;                // [D -> V], rows are embeddings
-  QMatrix output_;                    // [D -> V], token_embd_ when tied
-  std::vector<float> output_norm_;    // [D]
-  std::vector<Layer> layers_;         // [L]
+  std::vector<Layer> layers_;  // [L]
 };
+
+std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap, ThreadPool* pool,
+                            bool rope_neox, Biases biases) {
+  cfg.rope_neox = rope_neox;
+  if (cfg.n_ff <= 0) throw std::runtime_error("model: " + cfg.arch + ".feed_forward_length must be positive");
+  return std::make_unique<Llama>(std::move(file), cfg, cap, pool, biases);
+}
 
 }  // namespace
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
                                   ThreadPool* pool) {
-  cfg.rope_neox = false;
-  if (cfg.n_ff <= 0) throw std::runtime_error("model: llama.feed_forward_length must be positive");
-  return std::make_unique<Llama>(std::move(file), cfg, cap, pool);
+  return load(std::move(file), std::move(cfg), cap, pool, /*rope_neox=*/false, Biases::optional);
+}
+
+std::unique_ptr<Model> load_qwen2(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
+                                  ThreadPool* pool) {
+  return load(std::move(file), std::move(cfg), cap, pool, /*rope_neox=*/true, Biases::required);
 }
 
 }  // namespace mb

@@ -1,7 +1,7 @@
-// qwen3: qwen2's block without the required biases and with an RMSNorm over each head of q
-// and k (attn_q_norm, attn_k_norm) before RoPE on rotated halves (LLAMA_ROPE_TYPE_NEOX). The head
-// dim comes from attention.key_length and need not be D / H. Q/K/V biases are added when the
-// file has them, as llama.cpp's build_qkv does.
+// qwen3: the llama/qwen2 block with an RMSNorm over each head of q and k (attn_q_norm,
+// attn_k_norm, required) before RoPE on rotated halves (LLAMA_ROPE_TYPE_NEOX). The head dim
+// comes from attention.key_length and need not be D / H. Q/K/V biases are added when the file
+// has them, as llama.cpp's build_qkv does.
 //
 // Dimension legend: T tokens in the chunk (<= Tm), D n_embd, H heads, Hk KV heads, Dh head dim,
 // F n_ff, V n_vocab, L layers.
@@ -11,7 +11,7 @@
 //     xn = rmsnorm(x) * attn_norm
 //     q, k, v = xn·Wq (+bq), xn·Wk (+bk), xn·Wv (+bv)                   q [T, H*Dh]  k, v [T, Hk*Dh]
 //     q, k = rmsnorm(each head) * q_norm, k_norm                        q_norm, k_norm [Dh]
-//     q, k = rope_neox(q), rope_neox(k);  k, v -> KV cache
+//     q, k = rope(q), rope(k);  k, v -> KV cache
 //     x += attention(q, K, V)·Wo
 //     x += swiglu(rmsnorm(x) * ffn_norm)
 //   logits = (rmsnorm(x) * output_norm)·Wout                          [wanted rows, V]
@@ -26,9 +26,6 @@ class Qwen3 final : public Transformer {
   Qwen3(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
       : Transformer(std::move(file), cfg, cap, pool) {
     const WeightLoader w(*file_, cfg_);
-    token_embd_ = w.token_embd();
-    output_norm_ = w.vector("output_norm.weight", D_);
-    output_ = w.output(token_embd_);
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
       layers_.push_back({w.attention(il, Biases::optional), w.vector(p + "attn_q_norm.weight", Dh_),
@@ -39,23 +36,17 @@ class Qwen3 final : public Transformer {
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    embed(token_embd_, c, x_);                              // x [T, D]
+    embed(c, x_);                                           // x [T, D]
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
-      mm(l.attn.wq, xn_, q_, T);                            // q [T, H*Dh]
-      mm(l.attn.wk, xn_, k_, T);                            // k [T, Hk*Dh]
-      mm(l.attn.wv, xn_, v_, T);                            // v [T, Hk*Dh]
+      project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
       par_for(T, [&](int t) {
-        float* q = &q_[(size_t)t * HD_];                    // [H*Dh]
-        float* k = &k_[(size_t)t * KD_];                    // [Hk*Dh]
-        float* v = &v_[(size_t)t * KD_];                    // [Hk*Dh]
-        add_qkv_biases(l.attn, q, k, v);
-        rmsnorm_heads(q, H_, l.q_norm);
-        rmsnorm_heads(k, Hk_, l.k_norm);
-        rope_heads(q, H_, c.pos[t]);
-        rope_heads(k, Hk_, c.pos[t]);
-        store_kv(il, c.slot[t], c.pos[t], k, v);
+        rmsnorm_heads(q_row(t), H_, l.q_norm);
+        rmsnorm_heads(k_row(t), Hk_, l.k_norm);
+        rope_heads(q_row(t), H_, c.pos[t]);
+        rope_heads(k_row(t), Hk_, c.pos[t]);
+        store_kv(il, c, t);
       });
       attention(il, c, q_, att_);                           // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
@@ -64,7 +55,7 @@ class Qwen3 final : public Transformer {
       swiglu(l.ffn, xn_, y_, T);                            // y [T, D]
       add_rows(x_, y_, T);
     }
-    logits_of_wanted(output_norm_, output_, c, x_, logits);
+    logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
   }
 
   struct Layer {
@@ -73,10 +64,7 @@ class Qwen3 final : public Transformer {
     std::vector<float> k_norm; // [Dh] blk.N.attn_k_norm
     SwiGluWeights ffn;         // blk.N.ffn_norm, ffn_{gate,up,down}
   };
-  QMatrix token_embd_;                // [D -> V], rows are embeddings
-  QMatrix output_;                    // [D -> V], token_embd_ when tied
-  std::vector<float> output_norm_;    // [D]
-  std::vector<Layer> layers_;         // [L]
+  std::vector<Layer> layers_;  // [L]
 };
 
 }  // namespace

@@ -11,7 +11,7 @@
 //     xn = rmsnorm(x) * attn_norm
 //     q, k, v = xn·Wq (+bq), xn·Wk (+bk), xn·Wv (+bv)                   q [T, H*Dh]  k, v [T, Hk*Dh]
 //     q, k = rmsnorm(each head) * q_norm, k_norm                        q_norm, k_norm [Dh]
-//     q, k = rope_neox(q), rope_neox(k);  k, v -> KV cache
+//     q, k = rope(q), rope(k);  k, v -> KV cache
 //     x += attention(q, K, V)·Wo
 //     xn = rmsnorm(x) * ffn_norm
 //     sel, w = top Ek of softmax(xn·Wrouter), renormalized             [T, Ek]
@@ -28,9 +28,6 @@ class Qwen3Moe final : public Transformer {
   Qwen3Moe(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
       : Transformer(std::move(file), cfg, cap, pool), E_(cfg.n_expert), Ek_(cfg.n_expert_used) {
     const WeightLoader w(*file_, cfg_);
-    token_embd_ = w.token_embd();
-    output_norm_ = w.vector("output_norm.weight", D_);
-    output_ = w.output(token_embd_);
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
       layers_.push_back({w.attention(il, Biases::optional), w.vector(p + "attn_q_norm.weight", Dh_),
@@ -45,23 +42,17 @@ class Qwen3Moe final : public Transformer {
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    embed(token_embd_, c, x_);                              // x [T, D]
+    embed(c, x_);                                           // x [T, D]
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
-      mm(l.attn.wq, xn_, q_, T);                            // q [T, H*Dh]
-      mm(l.attn.wk, xn_, k_, T);                            // k [T, Hk*Dh]
-      mm(l.attn.wv, xn_, v_, T);                            // v [T, Hk*Dh]
+      project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
       par_for(T, [&](int t) {
-        float* q = &q_[(size_t)t * HD_];                    // [H*Dh]
-        float* k = &k_[(size_t)t * KD_];                    // [Hk*Dh]
-        float* v = &v_[(size_t)t * KD_];                    // [Hk*Dh]
-        add_qkv_biases(l.attn, q, k, v);
-        rmsnorm_heads(q, H_, l.q_norm);
-        rmsnorm_heads(k, Hk_, l.k_norm);
-        rope_heads(q, H_, c.pos[t]);
-        rope_heads(k, Hk_, c.pos[t]);
-        store_kv(il, c.slot[t], c.pos[t], k, v);
+        rmsnorm_heads(q_row(t), H_, l.q_norm);
+        rmsnorm_heads(k_row(t), Hk_, l.k_norm);
+        rope_heads(q_row(t), H_, c.pos[t]);
+        rope_heads(k_row(t), Hk_, c.pos[t]);
+        store_kv(il, c, t);
       });
       attention(il, c, q_, att_);                           // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
@@ -86,7 +77,7 @@ class Qwen3Moe final : public Transformer {
       });
       add_rows(x_, y_, T);
     }
-    logits_of_wanted(output_norm_, output_, c, x_, logits);
+    logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
   }
 
   struct Layer {
@@ -96,9 +87,6 @@ class Qwen3Moe final : public Transformer {
     MoeWeights ffn;            // blk.N.ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps
   };
   const int E_, Ek_;
-  QMatrix token_embd_;                // [D -> V], rows are embeddings
-  QMatrix output_;                    // [D -> V], token_embd_ when tied
-  std::vector<float> output_norm_;    // [D]
   std::vector<Layer> layers_;         // [L]
   std::vector<float> probs_;          // [Tm, E] router probabilities
   std::vector<int> sel_;              // [Tm, Ek] chosen experts, best first

@@ -46,6 +46,10 @@ Transformer::Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
   L_ = cfg_.n_layer; D_ = cfg_.n_embd; H_ = cfg_.n_head; Hk_ = cfg_.n_head_kv; G_ = H_ / Hk_; Dh_ = cfg_.head_dim;
   F_ = cfg_.n_ff; V_ = cfg_.n_vocab;
   HD_ = H_ * Dh_; KD_ = Hk_ * Dh_;
+  const WeightLoader w(*file_, cfg_);
+  token_embd_ = w.token_embd();
+  output_norm_ = w.vector("output_norm.weight", D_);
+  output_ = w.output(token_embd_);
 
   const size_t kv_elems = (size_t)L_ * S_ * Hk_ * C_ * Dh_;
   k_cache_.assign(kv_elems, 0);
@@ -167,8 +171,8 @@ void Transformer::forward(const Batch& b, float* out) {
   }
 }
 
-void Transformer::embed(const QMatrix& token_embd, const Chunk& c, std::vector<float>& x) {
-  par_for(c.T, [&](int t) { dequantize_row(token_embd, c.token[t], &x[(size_t)t * D_]); });
+void Transformer::embed(const Chunk& c, std::vector<float>& x) {
+  par_for(c.T, [&](int t) { dequantize_row(token_embd_, c.token[t], &x[(size_t)t * D_]); });
 }
 
 void Transformer::rmsnorm_rows(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& w,
@@ -180,10 +184,16 @@ void Transformer::add_rows(std::vector<float>& x, const std::vector<float>& y, i
   par_for(T, [&](int t) { add(&x[(size_t)t * D_], &y[(size_t)t * D_], D_); });
 }
 
-void Transformer::add_qkv_biases(const AttentionWeights& w, float* q, float* k, float* v) {
-  if (!w.bq.empty()) add(q, w.bq.data(), (int)w.bq.size());
-  if (!w.bk.empty()) add(k, w.bk.data(), (int)w.bk.size());
-  if (!w.bv.empty()) add(v, w.bv.data(), (int)w.bv.size());
+void Transformer::project_qkv(const AttentionWeights& w, const std::vector<float>& xn, int T) {
+  mm(w.wq, xn, q_, T);
+  mm(w.wk, xn, k_, T);
+  mm(w.wv, xn, v_, T);
+  if (w.bq.empty() && w.bk.empty() && w.bv.empty()) return;
+  par_for(T, [&](int t) {
+    if (!w.bq.empty()) add(q_row(t), w.bq.data(), HD_);
+    if (!w.bk.empty()) add(k_row(t), w.bk.data(), KD_);
+    if (!w.bv.empty()) add(v_row(t), w.bv.data(), KD_);
+  });
 }
 
 void Transformer::rmsnorm_heads(float* x, int n_heads, const std::vector<float>& w) const {
@@ -194,7 +204,10 @@ void Transformer::rope_heads(float* x, int n_heads, int pos) const {
   rope(x, n_heads, Dh_, cfg_.rope_dim, pos, cfg_.rope_freq_base, cfg_.rope_neox);
 }
 
-void Transformer::store_kv(int il, int slot, int pos, const float* k, const float* v) {
+void Transformer::store_kv(int il, const Chunk& c, int t) {
+  const int slot = c.slot[t], pos = c.pos[t];
+  const float* k = k_row(t);
+  const float* v = v_row(t);
   for (int g = 0; g < Hk_; g++) {
     uint16_t* kc = &k_cache_[kv_index(il, slot, g, pos)];
     uint16_t* vc = &v_cache_[kv_index(il, slot, g, pos)];
@@ -287,14 +300,15 @@ void Transformer::run_experts(const MoeWeights& w, const std::vector<float>& xn,
   }
 }
 
-void Transformer::logits_of_wanted(const std::vector<float>& norm, const QMatrix& output, const Chunk& c,
-                                   const std::vector<float>& x, float* logits) {
+void Transformer::logits_of_wanted(const Chunk& c, const std::vector<float>& x, float* logits) {
   int n = 0;
   for (int t = 0; t < c.T; t++)
     if (c.want[t]) rows_[n++] = t;
   if (n == 0) return;
-  par_for(n, [&](int i) { rmsnorm(&xn_[(size_t)i * D_], &x[(size_t)rows_[i] * D_], norm.data(), D_, cfg_.rms_eps); });
-  matmul(output, xn_.data(), logits, n, pool_, &mm_scratch_);
+  par_for(n, [&](int i) {
+    rmsnorm(&xn_[(size_t)i * D_], &x[(size_t)rows_[i] * D_], output_norm_.data(), D_, cfg_.rms_eps);
+  });
+  matmul(output_, xn_.data(), logits, n, pool_, &mm_scratch_);
 }
 
 }  // namespace model_detail

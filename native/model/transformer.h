@@ -1,7 +1,8 @@
 // Internal to native/model: what every decoder-only architecture here shares, so that each
 // model_<arch>.cpp can spell out its forward pass in a screenful. Transformer implements the
 // engine-facing Model calls (batch checks, splitting a batch into chunks of at most Tm tokens,
-// the f16 KV cache and its slots) and owns the activation buffers; the architecture implements
+// the f16 KV cache and its slots), loads the embedding and output head every architecture here
+// has, and owns the activation buffers; the architecture loads its layers and implements
 // forward_chunk() from the helpers below.
 //
 // Dimension legend (see model.h): T tokens in this chunk (<= Tm, the max batch given at load),
@@ -64,17 +65,21 @@ class Transformer : public Model {
   void mm(const QMatrix& W, const std::vector<float>& x, std::vector<float>& y, int T) {
     matmul(W, x.data(), y.data(), T, pool_, &mm_scratch_);
   }
-  void embed(const QMatrix& token_embd, const Chunk& c, std::vector<float>& x);  // x[T, D]
+  void embed(const Chunk& c, std::vector<float>& x);  // x[T, D] = token_embd rows of the chunk's tokens
+  // out[T, D] = rmsnorm(x[T, D]) * w[D], row by row.
   void rmsnorm_rows(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& w, int T);
   void add_rows(std::vector<float>& x, const std::vector<float>& y, int T);  // x[T, D] += y[T, D]
-  // One token's q[H*Dh], k[Hk*Dh], v[Hk*Dh] += the biases the weights carry (none when empty).
-  static void add_qkv_biases(const AttentionWeights& w, float* q, float* k, float* v);
+  // q_[T, H*Dh], k_[T, Hk*Dh], v_[T, Hk*Dh] = xn·Wq, xn·Wk, xn·Wv, plus the biases w carries.
+  void project_qkv(const AttentionWeights& w, const std::vector<float>& xn, int T);
+  float* q_row(int t) { return &q_[(size_t)t * HD_]; }  // [H*Dh]
+  float* k_row(int t) { return &k_[(size_t)t * KD_]; }  // [Hk*Dh]
+  float* v_row(int t) { return &v_[(size_t)t * KD_]; }  // [Hk*Dh]
   // RMSNorm of each Dh-long head of x[n_heads * Dh], with the same weight w[Dh] for every head.
   void rmsnorm_heads(float* x, int n_heads, const std::vector<float>& w) const;
   // RoPE of each head of x[n_heads * Dh] at position pos, as the config says (dims, base, neox).
   void rope_heads(float* x, int n_heads, int pos) const;
-  // One token's k, v [Hk*Dh] into layer il's cache at (slot, pos), rounded to f16.
-  void store_kv(int il, int slot, int pos, const float* k, const float* v);
+  // Row t's k, v [Hk*Dh] into layer il's cache at its (slot, pos), rounded to f16.
+  void store_kv(int il, const Chunk& c, int t);
   // att[T, H*Dh] = causal softmax(q·K^T / sqrt(Dh)) · V of each row against its slot's cache.
   void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att);
   // out[T, D] = (silu(xn·Wgate) * (xn·Wup)) · Wdown, through gate_ and up_.
@@ -86,9 +91,8 @@ class Transformer : public Model {
   // are read once for all the rows routed to it.
   void run_experts(const MoeWeights& w, const std::vector<float>& xn, const std::vector<int>& sel, int T,
                    std::vector<float>& res);
-  // logits[n_wanted, V] = rmsnorm(x[t], norm) · output^T for the wanted rows only.
-  void logits_of_wanted(const std::vector<float>& norm, const QMatrix& output, const Chunk& c,
-                        const std::vector<float>& x, float* logits);
+  // logits[n_wanted, V] = (rmsnorm(x[t]) * output_norm) · output^T for the wanted rows only.
+  void logits_of_wanted(const Chunk& c, const std::vector<float>& x, float* logits);
 
   std::shared_ptr<GgufFile> file_;
   ModelConfig cfg_;
@@ -96,6 +100,10 @@ class Transformer : public Model {
   int S_, C_, Tm_;
   int L_, D_, H_, Hk_, G_, Dh_, F_, V_;
   int HD_, KD_;                             // H*Dh, Hk*Dh
+
+  QMatrix token_embd_;                      // [D -> V], rows are embeddings
+  QMatrix output_;                          // [D -> V], token_embd_ when the file ties them
+  std::vector<float> output_norm_;          // [D]
 
   // Activations, sized for Tm tokens at load so a step allocates nothing.
   std::vector<float> x_;                    // [Tm, D] residual stream
@@ -155,7 +163,7 @@ void Transformer::par_for(int n, const Fn& fn) {
 
 }  // namespace model_detail
 
-// One factory per model_<arch>.cpp; Model::load picks by general.architecture.
+// One factory per architecture; Model::load picks by general.architecture.
 std::unique_ptr<Model> load_llama(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                   const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_qwen2(std::shared_ptr<GgufFile> file, ModelConfig cfg,
