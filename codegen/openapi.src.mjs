@@ -791,22 +791,19 @@ schemas.TextCompletionRequest = {
     ...SAMPLING_FIELDS,
   },
 };
-const ANTHROPIC_MESSAGES = {
-  type: "array",
-  minItems: 1,
-  description: "The conversation.",
-  items: {
-    type: "object",
-    required: ["role", "content"],
-    properties: {
-      role: { type: "string", enum: ["user", "assistant", "system"] },
-      content: {
-        description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
-        oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_BLOCK_TYPES, "A content block; image and document blocks are refused.") }],
-      },
+schemas.AnthropicInputMessage = {
+  type: "object",
+  description: "One turn of the conversation.",
+  required: ["role", "content"],
+  properties: {
+    role: { type: "string", enum: ["user", "assistant", "system"] },
+    content: {
+      description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
+      oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_BLOCK_TYPES, "A content block; image and document blocks are refused.") }],
     },
   },
 };
+const ANTHROPIC_MESSAGES = { type: "array", minItems: 1, description: "The conversation.", items: ref("AnthropicInputMessage") };
 const ANTHROPIC_SYSTEM = {
   description: "System prompt: a string or text blocks.",
   oneOf: [
@@ -853,6 +850,37 @@ schemas.AnthropicCountTokensRequest = {
     thinking: ANTHROPIC_THINKING,
   },
 };
+schemas.ResponsesInputItem = {
+  type: "object",
+  description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
+  // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
+  // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
+  if: { required: ["type"] },
+  else: { required: ["role"] },
+  properties: {
+    type: {
+      type: "string",
+      enum: [
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "reasoning",
+      ],
+    },
+    role: { type: "string", enum: ["system", "developer", "user", "assistant"] },
+    content: {
+      oneOf: [
+        { type: "string" },
+        { type: "array", items: textOnlyPart(RESPONSES_PART_TYPES, "A text part; input_image, input_file and input_audio parts are refused.") },
+        { type: "null" },
+      ],
+    },
+  },
+};
 schemas.ResponsesRequest = {
   type: "object",
   required: ["input"],
@@ -863,39 +891,7 @@ schemas.ResponsesRequest = {
         "A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
       oneOf: [
         { type: "string" },
-        {
-          type: "array",
-          items: {
-            type: "object",
-            // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
-            // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
-            if: { required: ["type"] },
-            else: { required: ["role"] },
-            properties: {
-              type: {
-                type: "string",
-                enum: [
-                  "message",
-                  "function_call",
-                  "function_call_output",
-                  "custom_tool_call",
-                  "custom_tool_call_output",
-                  "local_shell_call",
-                  "local_shell_call_output",
-                  "reasoning",
-                ],
-              },
-              role: { type: "string", enum: ["system", "developer", "user", "assistant"] },
-              content: {
-                oneOf: [
-                  { type: "string" },
-                  { type: "array", items: textOnlyPart(RESPONSES_PART_TYPES, "A text part; input_image, input_file and input_audio parts are refused.") },
-                  { type: "null" },
-                ],
-              },
-            },
-          },
-        },
+        { type: "array", items: ref("ResponsesInputItem") },
       ],
     },
     instructions: { type: ["string", "null"], description: "System prompt." },

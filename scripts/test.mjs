@@ -47,7 +47,7 @@ function prepare(name, cmd, args) {
   }
 }
 if (!existsSync("native/build/CMakeCache.txt") || !existsSync("dist")) prepare("build", "npm", ["run", "build"]);
-if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis"]).status !== 0)
+if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis, openapi_python_client, openapi_generator_cli"]).status !== 0)
   prepare("python packages", "python3", ["-m", "pip", "install", "-q", "-r", "requirements-ci.txt"]);
 {
   // The oracle tests and the fixture script read the default model from MB_MODEL.
@@ -63,6 +63,8 @@ prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
 let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
 if (ok) ok = run("mocha", "npx", ["mocha"], mochaCounts);
 if (ok && !process.env.MASHBOX_SKIP_CONTRACT) ok = run("schemathesis", "bash", ["contract-tests/run.sh"], schemathesisCounts);
+// Generated SDKs against a live server; it too closes with one "N passed, N failed" line.
+if (ok && !process.env.MASHBOX_SKIP_SDK) ok = run("sdk", "node", ["contract-tests/sdk/run.mjs"], schemathesisCounts);
 
 console.log("\n" + stages.join("\n"));
 console.log(`${passed} passed, ${failed} failed`);

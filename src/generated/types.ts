@@ -294,16 +294,7 @@ export interface components {
         };
         AnthropicCountTokensRequest: {
             /** @description The conversation. */
-            messages: {
-                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-                content: string | {
-                    text?: string;
-                    /** @enum {string} */
-                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
-                }[];
-                /** @enum {string} */
-                role: "user" | "assistant" | "system";
-            }[];
+            messages: components["schemas"]["AnthropicInputMessage"][];
             /**
              * @description Accepted for compatibility; the server answers with the one model it runs.
              * @example x-mashbox-model-id
@@ -356,6 +347,17 @@ export interface components {
              */
             type: "error";
         };
+        /** @description One turn of the conversation. */
+        AnthropicInputMessage: {
+            /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
+            content: string | {
+                text?: string;
+                /** @enum {string} */
+                type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
+            }[];
+            /** @enum {string} */
+            role: "user" | "assistant" | "system";
+        };
         AnthropicMessage: {
             content: components["schemas"]["AnthropicContentBlock"][];
             id: string;
@@ -398,16 +400,7 @@ export interface components {
             /** @description Most new tokens; default: up to the end of the context (--ctx). */
             max_tokens?: number | null;
             /** @description The conversation. */
-            messages: {
-                /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-                content: string | {
-                    text?: string;
-                    /** @enum {string} */
-                    type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
-                }[];
-                /** @enum {string} */
-                role: "user" | "assistant" | "system";
-            }[];
+            messages: components["schemas"]["AnthropicInputMessage"][];
             /** @description Accepted and ignored. */
             metadata?: Record<string, never>;
             /**
@@ -1054,6 +1047,18 @@ export interface components {
              */
             type: "response.in_progress";
         };
+        /** @description One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item. */
+        ResponsesInputItem: {
+            content?: string | {
+                text?: string;
+                /** @enum {string} */
+                type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal";
+            }[] | null;
+            /** @enum {string} */
+            role?: "system" | "developer" | "user" | "assistant";
+            /** @enum {string} */
+            type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning";
+        };
         ResponsesMessageItem: {
             content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
@@ -1185,17 +1190,7 @@ export interface components {
             /** @description Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported). */
             include?: string[] | null;
             /** @description A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            input: string | {
-                content?: string | {
-                    text?: string;
-                    /** @enum {string} */
-                    type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal";
-                }[] | null;
-                /** @enum {string} */
-                role?: "system" | "developer" | "user" | "assistant";
-                /** @enum {string} */
-                type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning";
-            }[];
+            input: string | components["schemas"]["ResponsesInputItem"][];
             /** @description System prompt. */
             instructions?: string | null;
             /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */

@@ -1,0 +1,101 @@
+"""Calls a live mashbox through the client openapi-python-client generated from openapi.json.
+
+Usage: check_openapi_python_client.py GENERATED_DIR BASE_URL MODEL_ID
+Prints one "ok NAME" or "FAIL NAME: why" line per check (contract-tests/sdk/run.mjs counts them).
+"""
+import sys
+
+sys.path.insert(0, sys.argv[1])
+from common import Checks  # noqa: E402  (contract-tests/sdk/python/common.py)
+
+from mashbox_client import AuthenticatedClient  # noqa: E402
+from mashbox_client.api.chat import create_chat_completion  # noqa: E402
+from mashbox_client.api.completions import create_completion  # noqa: E402
+from mashbox_client.api.messages import count_message_tokens, create_message  # noqa: E402
+from mashbox_client.api.models import list_models  # noqa: E402
+from mashbox_client.api.responses import create_response  # noqa: E402
+from mashbox_client import models as m  # noqa: E402
+
+base_url, model_id = sys.argv[2], sys.argv[3]
+checks = Checks("openapi-python-client")
+# On loopback the server checks no key; the bearer scheme still makes this the client to use.
+client = AuthenticatedClient(base_url=base_url, token="unused", raise_on_unexpected_status=True, timeout=120)
+question = "Name three planets."
+
+
+def models():
+    listed = list_models.sync(client=client)
+    assert isinstance(listed, m.OpenAIModelList), type(listed)
+    assert [x.id for x in listed.data] == [model_id], [x.id for x in listed.data]
+
+
+def chat():
+    body = m.ChatCompletionRequest(
+        model=model_id,
+        messages=[m.ChatMessage(role=m.ChatMessageRole.USER, content=question)],
+        max_tokens=8,
+    )
+    out = create_chat_completion.sync(client=client, body=body)
+    assert isinstance(out, m.ChatCompletion), out
+    choice = out.choices[0]
+    assert out.object_ == "chat.completion" and out.id.startswith("chatcmpl-")
+    assert isinstance(choice.message.content, str) and choice.message.content != ""
+    assert choice.finish_reason.value in ("stop", "length"), choice.finish_reason
+    assert 1 <= out.usage.completion_tokens <= 8 and out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+
+
+def chat_refuses_logprobs():
+    body = m.ChatCompletionRequest(messages=[m.ChatMessage(role=m.ChatMessageRole.USER, content=question)], logprobs=True)
+    out = create_chat_completion.sync(client=client, body=body)
+    assert isinstance(out, m.OpenAIError), out
+    assert out.error.param == "logprobs" and out.error.code == "unsupported_field", out.error
+
+
+def completion():
+    out = create_completion.sync(client=client, body=m.TextCompletionRequest(prompt="Once upon a time", max_tokens=8))
+    assert isinstance(out, m.TextCompletion), out
+    assert out.object_ == "text_completion" and isinstance(out.choices[0].text, str)
+    assert 1 <= out.usage.completion_tokens <= 8
+
+
+def message():
+    body = m.AnthropicMessagesRequest(
+        model=model_id,
+        max_tokens=8,
+        messages=[m.AnthropicInputMessage(role=m.AnthropicInputMessageRole.USER, content=question)],
+    )
+    out = create_message.sync(client=client, body=body)
+    assert isinstance(out, m.AnthropicMessage), out
+    assert out.id.startswith("msg_") and out.role == "assistant"
+    assert isinstance(out.content[0], m.AnthropicTextBlock) and out.content[0].text != ""
+    assert out.stop_reason is not None and 1 <= out.usage.output_tokens <= 8
+
+
+def count_tokens():
+    body = m.AnthropicCountTokensRequest(messages=[m.AnthropicInputMessage(role=m.AnthropicInputMessageRole.USER, content=question)])
+    out = count_message_tokens.sync(client=client, body=body)
+    assert isinstance(out, m.AnthropicTokenCount), out
+    assert out.input_tokens > 0
+
+
+def response():
+    out = create_response.sync(client=client, body=m.ResponsesRequest(input_=question, max_output_tokens=8))
+    assert isinstance(out, m.ResponsesResponse), out
+    assert out.id.startswith("resp_") and out.status.value in ("completed", "incomplete"), out.status
+    item = out.output[-1]
+    assert isinstance(item, m.ResponsesMessageItem), item
+    assert isinstance(item.content[0], m.ResponsesOutputTextPart) and item.content[0].text != ""
+    assert 1 <= out.usage.output_tokens <= 8
+
+
+for name, fn in [
+    ("listModels", models),
+    ("createChatCompletion", chat),
+    ("createChatCompletion logprobs 400", chat_refuses_logprobs),
+    ("createCompletion", completion),
+    ("createMessage", message),
+    ("countMessageTokens", count_tokens),
+    ("createResponse", response),
+]:
+    checks.run(name, fn)
+sys.exit(checks.exit_code())

@@ -1,0 +1,287 @@
+#!/usr/bin/env node
+// The SDK matrix (`npm test` stage "sdk"; alone: node contract-tests/sdk/run.mjs): clients made
+// from openapi.json by the mainstream generators must generate, compile, and talk to a live server
+// on a fixture model. docs/CONTRACT.md says why the contract has the shape it has.
+//
+//   openapi-python-client          generate; import; call the six operations below
+//   openapi-generator -g python    generate; import; call them
+//   openapi-generator -g go        generate; go build with a small program; run it (calls them)
+//   openapi-generator -g typescript-fetch   generate; tsc --strict with a small program; run it
+//   openapi-fetch                  typed by src/generated/types.ts; tsc --strict; run it
+//
+// Operations called: listModels, createChatCompletion, createCompletion, createMessage,
+// countMessageTokens, createResponse (not streamed), plus a refused logprobs (400 naming it).
+//
+// Generators are the pinned versions of requirements-ci.txt (PyPI; openapi-generator-cli ships
+// its jar, run on the machine's Java) and package.json (openapi-fetch). Generated code is cached
+// in .cache/sdk/<hash of openapi.json, generator configs and versions>/, so a run whose contract
+// did not change skips generation. Go modules come through the Go module proxy (GOFLAGS=-mod=mod).
+//
+// Output: one "ok ..." / "FAIL ...: why" line per check, the time of each phase, and a closing
+// "N passed, N failed" line. Exit 1 when any check failed.
+//
+// Environment:
+//   MASHBOX_SDK_MODEL   fixture GGUF (default test/fixtures/llama-q8_0.gguf; made by npm run fixtures)
+//   MASHBOX_SDK_PORT    port of the server it starts (default 18941)
+import { spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const HERE = join(ROOT, "contract-tests", "sdk");
+const PORT = Number(process.env.MASHBOX_SDK_PORT ?? 18941);
+const MODEL = process.env.MASHBOX_SDK_MODEL ?? "test/fixtures/llama-q8_0.gguf";
+const BASE = `http://127.0.0.1:${PORT}`;
+const GENERATORS = ["python", "go", "typescript-fetch"]; // openapi-generator, one batch run
+const TSC = join(ROOT, "node_modules", ".bin", "tsc");
+
+let passed = 0;
+let failed = 0;
+const timings = [];
+
+function ok(name) {
+  passed++;
+  console.log(`ok ${name}`);
+}
+function fail(name, why) {
+  failed++;
+  console.log(`FAIL ${name}: ${String(why).trim().split("\n").slice(-12).join("\n    ")}`);
+}
+
+/** Runs a command; returns { status, out } with stdout and stderr together. */
+function sh(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { cwd: ROOT, encoding: "utf8", maxBuffer: 64 << 20, ...opts, env: { ...process.env, ...opts.env } });
+  return { status: r.error ? -1 : r.status, out: `${r.stdout ?? ""}${r.stderr ?? ""}${r.error ? String(r.error) : ""}` };
+}
+
+async function timed(phase, fn) {
+  const t0 = performance.now();
+  try {
+    return await fn();
+  } finally {
+    timings.push(`${phase} ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  }
+}
+
+/** The lines a check program prints: "ok ..." and "FAIL ..." count; anything else is context. */
+function countChecks(label, r) {
+  let seen = 0;
+  for (const line of r.out.split("\n")) {
+    if (line.startsWith("ok ")) {
+      seen++;
+      ok(line.slice(3));
+    } else if (line.startsWith("FAIL ")) {
+      seen++;
+      failed++;
+      console.log(line);
+    }
+  }
+  if (r.status !== 0 && seen === 0) fail(label, r.out || `exit ${r.status}`);
+  else if (r.status !== 0 && !/^FAIL /m.test(r.out)) fail(label, `exit ${r.status}\n${r.out}`);
+}
+
+function toolVersion(cmd, args) {
+  const r = sh(cmd, args);
+  return r.status === 0 ? r.out.trim().split("\n").pop() : null;
+}
+
+// ------------------------------------------------------------ tools
+
+/** Version of an installed Python distribution, null when it is not installed. */
+function pipVersion(name) {
+  const r = sh("python3", ["-c", "import importlib.metadata, sys; print(importlib.metadata.version(sys.argv[1]))", name]);
+  return r.status === 0 ? r.out.trim() : null;
+}
+
+function ensureTools() {
+  const missing = () => ["openapi-generator-cli", "openapi-python-client"].filter((t) => pipVersion(t) === null || sh("which", [t]).status !== 0);
+  if (missing().length) {
+    // The project's own setup installs them (.ci/run); a checkout that skipped it gets them here.
+    sh("python3", ["-m", "pip", "install", "-q", "-r", "requirements-ci.txt"], { stdio: "inherit" });
+  }
+  const still = missing();
+  if (still.length) throw new Error(`not installed: ${still.join(", ")} (pip install -r requirements-ci.txt)`);
+  for (const [tool, args] of [["java", ["-version"]], ["go", ["version"]]]) {
+    if (sh(tool, args).status !== 0) throw new Error(`${tool} is not on PATH`);
+  }
+  return {
+    "openapi-generator-cli": pipVersion("openapi-generator-cli"),
+    "openapi-python-client": pipVersion("openapi-python-client"),
+    "openapi-fetch": JSON.parse(readFileSync(join(ROOT, "node_modules", "openapi-fetch", "package.json"), "utf8")).version,
+    go: toolVersion("go", ["version"]),
+    java: sh("java", ["-version"]).out.split("\n")[0],
+  };
+}
+
+// ------------------------------------------------------------ generation (cached)
+
+function cacheKey(versions) {
+  const h = createHash("sha256");
+  h.update(readFileSync(join(ROOT, "openapi.json")));
+  for (const g of GENERATORS) h.update(readFileSync(join(HERE, "generators", `${g}.yaml`)));
+  h.update(readFileSync(fileURLToPath(import.meta.url))); // how this file lays the clients out
+  h.update(JSON.stringify([versions["openapi-generator-cli"], versions["openapi-python-client"]]));
+  return h.digest("hex").slice(0, 16);
+}
+
+/** Generates every client into dir (a fresh folder renamed into place, so a cut run leaves no half cache). */
+function generate(dir) {
+  if (existsSync(join(dir, "complete"))) {
+    // Same openapi.json, generator configs and versions as when the cache was written.
+    for (const name of ["openapi-python-client", ...GENERATORS.map((g) => `openapi-generator ${g}`)]) ok(`${name} generate (cached)`);
+    return true;
+  }
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  const spec = join(ROOT, "openapi.json");
+  let good = true;
+
+  const opc = sh("openapi-python-client", ["generate", "--path", spec, "--output-path", join(tmp, "openapi-python-client", "mashbox_client"), "--meta", "none"]);
+  // It writes the client even when it had to leave parts out; those warnings are failures here.
+  if (opc.status !== 0 || /Warning|Unable to|will not be generated|Failure to process/i.test(opc.out)) {
+    fail("openapi-python-client generate", opc.out);
+    good = false;
+  } else ok("openapi-python-client generate");
+
+  const configs = GENERATORS.map((g) => {
+    const file = join(tmp, `${g}.yaml`);
+    const body = readFileSync(join(HERE, "generators", `${g}.yaml`), "utf8");
+    writeFileSync(file, `inputSpec: ${spec}\noutputDir: ${join(tmp, g)}\n${body}`);
+    return file;
+  });
+  const og = sh("openapi-generator-cli", ["batch", "--fail-fast", ...configs]);
+  for (const g of GENERATORS) {
+    const generated = og.status === 0 && existsSync(join(tmp, g));
+    if (generated) ok(`openapi-generator ${g} generate`);
+    else fail(`openapi-generator ${g} generate`, og.out);
+    good &&= generated;
+  }
+  if (!good) return false;
+  writeFileSync(join(tmp, "complete"), "");
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return true;
+}
+
+// ------------------------------------------------------------ compile
+
+function buildGo(dir) {
+  const work = join(dir, "go-check");
+  mkdirSync(work, { recursive: true });
+  copyFileSync(join(HERE, "go", "main.go"), join(work, "main.go"));
+  writeFileSync(
+    join(work, "go.mod"),
+    "module mashbox.local/sdkcheck\n\ngo 1.23\n\nrequire github.com/mashbox/sdk-go/mashbox v0.0.0\n\nreplace github.com/mashbox/sdk-go/mashbox => ../go\n",
+  );
+  const r = sh("go", ["build", "-o", "sdkcheck", "."], { cwd: work, env: { GOFLAGS: "-mod=mod" } });
+  if (r.status === 0) ok("openapi-generator go: go build");
+  else fail("openapi-generator go: go build", r.out);
+  return r.status === 0 ? join(work, "sdkcheck") : null;
+}
+
+/** tsc --strict over a program and what it imports. */
+function tscStrict(label, files, extra = []) {
+  const r = sh(TSC, ["--strict", "--noEmit", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext", "--lib", "es2022,dom", "--types", "node", "--skipLibCheck", ...extra, ...files]);
+  if (r.status === 0) ok(`${label}: tsc --strict`);
+  else fail(`${label}: tsc --strict`, r.out);
+  return r.status === 0;
+}
+
+function prepareTypescriptFetch(dir) {
+  // The generated client imports without extensions (bundler style): the program sits next to it
+  // with a package.json that makes it ESM for tsx, and is checked with bundler resolution.
+  const work = join(dir, "ts-check");
+  mkdirSync(work, { recursive: true });
+  rmSync(join(work, "client"), { recursive: true, force: true });
+  spawnSync("cp", ["-r", join(dir, "typescript-fetch", "src"), join(work, "client")]);
+  for (const f of ["typescript-fetch.ts", "checks.ts"]) copyFileSync(join(HERE, "typescript", f), join(work, f));
+  writeFileSync(join(work, "package.json"), '{ "type": "module" }\n');
+  const r = sh(TSC, ["--strict", "--noEmit", "--target", "es2022", "--module", "esnext", "--moduleResolution", "bundler", "--lib", "es2022,dom", "--types", "node", "--typeRoots", join(ROOT, "node_modules", "@types"), join(work, "typescript-fetch.ts")]);
+  if (r.status === 0) ok("openapi-generator typescript-fetch: tsc --strict");
+  else fail("openapi-generator typescript-fetch: tsc --strict", r.out);
+  return r.status === 0 ? join(work, "typescript-fetch.ts") : null;
+}
+
+// ------------------------------------------------------------ server
+
+async function startServer() {
+  if (!existsSync(join(ROOT, MODEL))) sh("npm", ["run", "-s", "fixtures"], { stdio: "inherit" });
+  const log = [];
+  const child = spawn(process.execPath, ["bin/mashbox.js", "run", MODEL, "--port", String(PORT), "--slots", "2", "--ctx", "512"], {
+    cwd: ROOT,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout.on("data", (d) => log.push(String(d)));
+  child.stderr.on("data", (d) => log.push(String(d)));
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    child.kill("SIGTERM");
+    for (let i = 0; i < 50 && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    if (child.exitCode === null) child.kill("SIGKILL");
+  };
+  const ready = (async () => {
+    for (let i = 0; i < 240; i++) {
+      if (child.exitCode !== null) throw new Error(`the server exited:\n${log.join("").slice(-2000)}`);
+      const status = await fetch(`${BASE}/v1/health`).then((r) => r.status, () => 0);
+      if (status === 200) {
+        const models = await (await fetch(`${BASE}/v1/models`)).json();
+        return models.data[0].id;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    throw new Error(`/v1/health was not 200 within 120 s:\n${log.join("").slice(-2000)}`);
+  })();
+  ready.catch(() => {}); // awaited below; not an unhandled rejection while compiling
+  return { ready, stop, log };
+}
+
+// ------------------------------------------------------------ main
+
+const t0 = performance.now();
+let server = null;
+try {
+  const versions = await timed("tools", () => ensureTools());
+  console.log(`sdk: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join("; ")}`);
+  // The server loads its model while the clients are generated and compiled.
+  server = await startServer();
+  const dir = join(ROOT, ".cache", "sdk", cacheKey(versions));
+  const cached = existsSync(join(dir, "complete"));
+  const generated = await timed(cached ? "generate (cached)" : "generate", () => generate(dir));
+  if (cached) console.log(`sdk: generated clients from the cache ${relative(ROOT, dir)}`);
+
+  let goBinary = null;
+  let tsFetch = null;
+  let openapiFetchOk = false;
+  await timed("compile", () => {
+    if (generated) {
+      goBinary = buildGo(dir);
+      tsFetch = prepareTypescriptFetch(dir);
+    }
+    openapiFetchOk = tscStrict("openapi-fetch", [join(HERE, "typescript", "openapi-fetch.ts")]);
+  });
+
+  const modelId = await timed("server ready", () => server.ready);
+  await timed("calls", () => {
+    const py = (script, gen) => sh("python3", [join(HERE, "python", script), join(dir, gen), BASE, modelId], { env: { PYTHONPATH: join(HERE, "python"), PYTHONDONTWRITEBYTECODE: "1" } });
+    const tsx = (file) => sh(process.execPath, ["--import", "tsx", file, BASE, modelId]);
+    if (generated) {
+      countChecks("openapi-python-client calls", py("check_openapi_python_client.py", "openapi-python-client"));
+      countChecks("openapi-generator python calls", py("check_openapi_generator_python.py", "python"));
+      if (goBinary) countChecks("openapi-generator go calls", sh(goBinary, [BASE, modelId]));
+      if (tsFetch) countChecks("openapi-generator typescript-fetch calls", tsx(tsFetch));
+    }
+    if (openapiFetchOk) countChecks("openapi-fetch calls", tsx(join(HERE, "typescript", "openapi-fetch.ts")));
+  });
+} catch (e) {
+  fail("sdk matrix", e?.stack ?? e);
+} finally {
+  await server?.stop();
+}
+
+timings.push(`total ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`sdk timings: ${timings.join(", ")}`);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
