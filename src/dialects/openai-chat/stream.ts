@@ -104,10 +104,4 @@ export class ChatStreamEncoder {
     }
     return out;
   }
-
-  /** Frames to close a stream that ended without "done"/"error" (e.g. the engine iterator broke). */
-  end(): SseFrame[] {
-    if (this.finished) return [];
-    return this.push({ type: "error", code: "engine_error", message: "The generation ended without a result." });
-  }
 }

@@ -6,6 +6,7 @@ import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
 import { commonGenerationFields } from "../shared/request.js";
 import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
+import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
 
 export type CompletionRequest = components["schemas"]["TextCompletionRequest"];
 export type Completion = components["schemas"]["TextCompletion"];
@@ -114,10 +115,5 @@ export class CompletionStreamEncoder {
       default:
         return [];
     }
-  }
-
-  end(): SseFrame[] {
-    if (this.finished) return [];
-    return this.push({ type: "error", code: "engine_error", message: "The generation ended without a result." });
   }
 }

@@ -37,7 +37,7 @@ describe("golden: openai-chat", () => {
 
       it("stream frames match and each follows openapi.json", () => {
         const enc = new ChatStreamEncoder(golden.render, { include_usage });
-        const frames = [...events.flatMap((ev) => enc.push(ev)), ...enc.end()];
+        const frames = events.flatMap((ev) => enc.push(ev));
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
         for (const f of frames) {
           expect(f.event).to.equal(undefined);

@@ -18,6 +18,6 @@ for (const name of readdirSync(dir).filter((f) => f.endsWith(".json"))) {
     response = { status: e.status("openai"), error: e.body("openai") };
   }
   const enc = new ChatStreamEncoder(golden.render, { include_usage: golden.request.stream_options?.include_usage === true });
-  const stream = [...golden.events.flatMap((ev: never) => enc.push(ev)), ...enc.end()];
+  const stream = golden.events.flatMap((ev: never) => enc.push(ev));
   writeFileSync(join(dir, name), JSON.stringify({ ...golden, response, stream }, null, 2) + "\n");
 }
