@@ -6,7 +6,6 @@ import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
 import { commonGenerationFields } from "../shared/request.js";
 import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
-import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
 
 export type CompletionRequest = components["schemas"]["TextCompletionRequest"];
 export type Completion = components["schemas"]["TextCompletion"];
