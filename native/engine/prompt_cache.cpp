@@ -17,12 +17,15 @@ constexpr uint32_t kFormat = 1;
 constexpr uint64_t kUsed = 0x4b434f4c42425050ull;     // a block's magic while it holds data
 constexpr size_t kPage = 4096;
 
-// File layout: [FileHeader, one page][Header x M][pad to a page][K/V data: M x N x Bt]
+// File layout: [FileHeader ... FileCounters at kCountersAt, one page][Header x M][pad to a page]
+// [K/V data: M x N x Bt]
 struct FileHeader {
   uint64_t magic;
   uint32_t format, block_tokens;
   uint64_t token_bytes, n_blocks, header_bytes, data_offset;
 };
+
+constexpr size_t kCountersAt = 1024;
 
 inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 inline uint64_t mix(uint64_t h) {
@@ -59,6 +62,11 @@ uint64_t hash_bytes(const void* p, size_t n, uint64_t seed) {
   return mix(acc);
 }
 
+// Totals Health reports, kept in the file so that they survive a worker restart with the blocks.
+struct PromptCache::Counters {
+  uint64_t evictions, rejected;
+};
+
 struct PromptCache::Header {
   uint64_t magic;     // kUsed while the block holds data; 0 = free (written first and last)
   uint64_t ns;        // namespace hash
@@ -92,11 +100,15 @@ PromptCache::PromptCache(const std::string& path, uint64_t cap_bytes, size_t tok
   open_file(path, data_offset + size_t(n_blocks_) * block_data_bytes_);
   auto* fh = reinterpret_cast<FileHeader*>(base_);
   const FileHeader want{kFileMagic, kFormat, kBlockTokens, Bt_, n_blocks_, header_bytes_, data_offset};
+  counters_ = reinterpret_cast<Counters*>(base_ + kCountersAt);
   if (std::memcmp(fh, &want, sizeof want) != 0) {
     // Another layout (or a new file): nothing in it can be read as this one.
     std::memset(base_ + kPage, 0, size_t(n_blocks_) * header_bytes_);
+    std::memset(counters_, 0, sizeof(Counters));
     std::memcpy(fh, &want, sizeof want);
   }
+  evictions_ = int64_t(counters_->evictions);
+  rejected_ = int64_t(counters_->rejected);
   meta_.assign(n_blocks_, Meta{});
   rebuild();
 }
@@ -160,7 +172,7 @@ void PromptCache::rebuild() {
     const bool ok = h->n >= 1 && h->n <= kBlockTokens && h->pos % kBlockTokens == 0 && h->head_sum == header_checksum(*h) &&
                     (h->pos == 0) == (h->parent == ns_hash_);
     if (!ok) {
-      rejected_++;
+      count_rejected();
       __atomic_store_n(&h->magic, 0, __ATOMIC_RELEASE);
       free_.push_back(i);
       continue;
@@ -185,9 +197,14 @@ void PromptCache::rebuild() {
   }
   for (uint32_t i = 0; i < n_blocks_; i++)
     if (meta_[i].used && !reach[i]) {
-      rejected_++;
+      count_rejected();
       free_block(i, false);
     }
+}
+
+void PromptCache::count_rejected() {
+  rejected_++;
+  if (counters_) counters_->rejected = uint64_t(rejected_);
 }
 
 void PromptCache::link(uint32_t i) {
@@ -223,7 +240,10 @@ void PromptCache::free_block(uint32_t i, bool eviction) {
   m.used = false;
   held_--;
   held_tokens_ -= m.n;
-  if (eviction) evictions_++;
+  if (eviction) {
+    evictions_++;
+    counters_->evictions = uint64_t(evictions_);
+  }
   free_.push_back(i);
 }
 
@@ -287,7 +307,7 @@ size_t PromptCache::restore(const Match& m, size_t from, size_t upto, const Writ
     if (b1 <= done) continue;
     if (!mt.used || b0 > done || block_checksum(b) != header(b)->data_sum) {
       if (mt.used) {
-        rejected_++;
+        count_rejected();
         free_block(b, false);
       }
       break;

@@ -37,7 +37,7 @@ struct PromptCacheStats {
   int64_t cap_bytes = 0;       // most bytes the cache may use (0 = off)
   int64_t blocks = 0;
   int64_t tokens = 0;          // tokens the held blocks cover (each block once)
-  int64_t evictions = 0;       // blocks removed to stay under the cap
+  int64_t evictions = 0;       // blocks removed to stay under the cap (kept in the file)
   int64_t rejected = 0;        // blocks dropped for a bad checksum or header
   int64_t saved_tokens = 0;    // tokens copied in from slots
   int64_t restored_tokens = 0; // tokens copied out into slots
@@ -79,7 +79,8 @@ class PromptCache {
   const std::string& namespace_id() const { return ns_id_; }
 
  private:
-  struct Header;  // in the file, one per block
+  struct Header;    // in the file, one per block
+  struct Counters;  // in the file's first page
   struct Meta {
     bool used = false;
     uint64_t key = 0, parent = 0;
@@ -96,6 +97,7 @@ class PromptCache {
   void free_block(uint32_t i, bool eviction);  // and every block below it
   int64_t alloc(uint64_t protect_stamp);       // -1 = nothing left to evict
   void touch(uint32_t i, uint64_t stamp);
+  void count_rejected();
 
   size_t Bt_;
   uint64_t cap_bytes_;
@@ -108,6 +110,7 @@ class PromptCache {
   uint8_t* base_ = nullptr;
   size_t map_bytes_ = 0;
   int fd_ = -1;
+  Counters* counters_ = nullptr;  // in the file's first page
   bool persistent_ = false;
 
   std::vector<Meta> meta_;                                          // [M]

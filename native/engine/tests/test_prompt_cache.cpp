@@ -236,6 +236,24 @@ static void test_file_namespace_and_checksum() {
   unlink(path.c_str());
 }
 
+static void test_counters_survive_reopen() {
+  const std::string path = tmp_path("counters");
+  unlink(path.c_str());
+  int64_t evictions = 0;
+  {
+    PromptCache c(path, cap_for_blocks(4), kBt, "ns");
+    for (int i = 0; i < 6; i++) save(c, seq(300 + i, 100), 100);
+    evictions = c.stats().evictions;
+    CHECK(evictions > 0);
+  }
+  {
+    PromptCache c(path, cap_for_blocks(4), kBt, "ns");
+    CHECK_EQ(c.stats().evictions, evictions);
+    CHECK_EQ(c.stats().blocks, int64_t(4));
+  }
+  unlink(path.c_str());
+}
+
 static void test_off() {
   PromptCache none("", 0, kBt, "x");
   CHECK(!none.enabled());
@@ -252,6 +270,7 @@ int main() {
   test_state_point_replaced_by_full_block();
   test_lru_under_cap();
   test_file_namespace_and_checksum();
+  test_counters_survive_reopen();
   test_off();
   TEST_MAIN_END();
 }
