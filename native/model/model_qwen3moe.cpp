@@ -58,7 +58,7 @@ class Qwen3Moe final : public Transformer {
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
       add_rows(x_, y_, T);
       rmsnorm_rows(xn_, x_, l.ffn.norm, T);                 // xn [T, D]
-      mm(l.ffn.router, xn_, probs_, T);                     // probs [T, E], router logits for now
+      mm(l.ffn.router, xn_, probs_, T);                     // probs [T, E]: router logits, softmaxed next
       par_for(T, [&](int t) {
         route_top_k(&probs_[(size_t)t * E_], E_, Ek_, &sel_[(size_t)t * Ek_], &selw_[(size_t)t * Ek_]);
       });
