@@ -79,6 +79,41 @@ describe("cli", function () {
     expect(stderr).to.match(/ready/);
   });
 
+  it("run: exits 1 with the cause once its worker has died three times in a row (for the supervisor)", async () => {
+    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr!.setEncoding("utf8");
+    child.stderr!.on("data", (d: string) => (stderr += d));
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      const until = async <T>(what: string, probe: () => Promise<T | undefined>): Promise<T> => {
+        for (let i = 0; i < 600; i++) {
+          const v = await probe().catch(() => undefined);
+          if (v !== undefined) return v;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        throw new Error(`timed out waiting for ${what}: ${stderr}`);
+      };
+      const url = await until("the listening line", async () => /listening on (http:\/\/\S+)/.exec(stderr)?.[1]);
+      // Health names the worker; each kill is a death before any generation finished.
+      for (let kill = 0; kill < 3; kill++) {
+        const pid = await until("a ready worker", async () => {
+          const r = await fetch(`${url}/v1/health`);
+          const h = await r.json();
+          return r.status === 200 && typeof h.worker_pid === "number" ? (h.worker_pid as number) : undefined;
+        });
+        process.kill(pid, "SIGKILL");
+        if (kill < 2) await until("the restart", async () => ((await fetch(`${url}/v1/health`)).status === 503 ? true : undefined));
+      }
+      expect(await exited).to.equal(1);
+      expect(stderr).to.match(/giving up: .*SIGKILL.*3 times in a row/);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+
   it("resolves registry ids and .gguf paths; refuses unknown ids naming the known ones", () => {
     const reg = readRegistry();
     expect(reg.default).to.equal("smollm2-135m");
