@@ -61,7 +61,7 @@ if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis, openapi_pytho
 }
 prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
 let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
-if (ok) ok = run("mocha", "npx", ["mocha"], mochaCounts);
+if (ok) ok = run("mocha", "npx", ["mocha", "test/**/*.test.ts"], mochaCounts);
 if (ok && !process.env.MASHBOX_SKIP_CONTRACT) ok = run("schemathesis", "bash", ["contract-tests/run.sh"], schemathesisCounts);
 // Generated SDKs against a live server; it too closes with one "N passed, N failed" line.
 if (ok && !process.env.MASHBOX_SKIP_SDK) ok = run("sdk", "node", ["contract-tests/sdk/run.mjs"], schemathesisCounts);
