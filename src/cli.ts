@@ -3,7 +3,7 @@
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
-import { notReadyError } from "./engine/readiness.js";
+import { notReadyError, unloadedModel } from "./engine/readiness.js";
 import { DEFAULTS, isLoopback } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
@@ -183,20 +183,7 @@ async function cmdRun(args: string[]): Promise<number> {
   const ref = resolveModel(cfg.model);
   const model_id = ref.kind === "registry" ? ref.entry.id : ref.id;
 
-  const deferred = new DeferredEngine({
-    id: model_id,
-    path: ref.path,
-    architecture: "",
-    n_ctx: cfg.n_ctx,
-    n_ctx_train: 0,
-    slots: cfg.n_slots,
-    n_vocab: 0,
-    file_bytes: 0,
-    bpw: 0,
-    chat_template: null,
-    bos_token: null,
-    eos_token: null,
-  });
+  const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
   const { createApp } = await import("./server.js");
   const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allow_hosts: cfg.allow_hosts, metrics_without_key: cfg.metrics_without_key });
   const { url } = await app.listen(cfg.port, cfg.host);

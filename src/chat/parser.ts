@@ -4,6 +4,7 @@
 // tool arguments are streamed while they are generated, and a call block that turns out not to
 // be a call is given back as plain text.
 import type { GenerationEvent, ToolSpec } from "../engine/types.js";
+import { heldPrefix } from "../engine/stop.js";
 
 export interface OutputParserOptions {
   tools: ToolSpec[];
@@ -34,19 +35,6 @@ function leadingWs(s: string): number {
   return n;
 }
 
-/** Length of the longest suffix of `buf` that is a proper prefix of one of `tags`. */
-function heldPrefix(buf: string, tags: string[]): number {
-  let best = 0;
-  for (const tag of tags) {
-    for (let n = Math.min(tag.length - 1, buf.length); n > best; n--) {
-      if (buf.endsWith(tag.slice(0, n))) {
-        best = n;
-        break;
-      }
-    }
-  }
-  return best;
-}
 
 const enum Scan {
   ObjectStart, // before the outer "{"

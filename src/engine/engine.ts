@@ -20,7 +20,7 @@ import { StopMatcher } from "./stop.js";
 import { WorkerClient } from "./worker-client.js";
 import { GrammarPool } from "./grammar-pool.js";
 import { preparePrompt } from "./prompt.js";
-import { notReadyError } from "./readiness.js";
+import { notReadyError, unloadedModel } from "./readiness.js";
 
 export interface EngineOptions {
   model_path: string;
@@ -115,20 +115,7 @@ class WorkerEngine implements ManagedEngine {
   private readyReject!: (e: Error) => void;
 
   constructor(private opts: EngineOptions) {
-    this.model = {
-      id: opts.model_id,
-      path: opts.model_path,
-      architecture: "",
-      n_ctx: opts.n_ctx,
-      n_ctx_train: 0,
-      slots: opts.n_slots,
-      n_vocab: 0,
-      file_bytes: 0,
-      bpw: 0,
-      chat_template: null,
-      bos_token: null,
-      eos_token: null,
-    };
+    this.model = unloadedModel({ id: opts.model_id, path: opts.model_path, n_ctx: opts.n_ctx, slots: opts.n_slots });
     this.readyPromise = new Promise((res, rej) => {
       this.readyResolve = res;
       this.readyReject = rej;

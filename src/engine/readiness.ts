@@ -1,7 +1,7 @@
 // The one "not ready" answer: the engine, the server's route gate and the CLI's stand-in engine
 // (while the model is still being pulled) all refuse generation with exactly this error.
 import { ApiError } from "../errors.js";
-import type { Engine } from "./types.js";
+import type { Engine, ModelInfo } from "./types.js";
 
 /**
  * Seconds a client should wait before trying again while the model loads or its worker starts
@@ -22,4 +22,9 @@ export function notReadyError(state: Engine["state"]): ApiError | null {
     case "loading":
       return new ApiError("loading", undefined, { retry_after: NOT_READY_RETRY_AFTER_S });
   }
+}
+
+/** What is known of a model before it has loaded: what the server was told to run. */
+export function unloadedModel(m: { id: string; path: string; n_ctx: number; slots: number }): ModelInfo {
+  return { ...m, architecture: "", n_ctx_train: 0, n_vocab: 0, file_bytes: 0, bpw: 0, chat_template: null, bos_token: null, eos_token: null };
 }

@@ -28,7 +28,7 @@ export class StopMatcher {
       }
     }
     if (stop !== null) return { text: pending.slice(0, at), stop };
-    const keep = partialStopSuffix(pending, this.stops);
+    const keep = heldPrefix(pending, this.stops);
     this.held = pending.slice(pending.length - keep);
     return { text: pending.slice(0, pending.length - keep), stop: null };
   }
@@ -41,10 +41,14 @@ export class StopMatcher {
   }
 }
 
-/** Length of the longest suffix of `text` that is a proper prefix of some stop string. */
-function partialStopSuffix(text: string, stops: string[]): number {
+/**
+ * Length of the longest suffix of `text` that is a proper prefix of one of `needles`: text that
+ * must be held back until more arrives (stop strings here, <think>/<tool_call> tags in the
+ * output parser).
+ */
+export function heldPrefix(text: string, needles: readonly string[]): number {
   let best = 0;
-  for (const s of stops) {
+  for (const s of needles) {
     for (let n = Math.min(s.length - 1, text.length); n > best; n--) {
       if (text.endsWith(s.slice(0, n))) {
         best = n;

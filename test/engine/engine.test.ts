@@ -235,11 +235,12 @@ describe("engine (worker + native scheduler)", function () {
 describe("engine worker crash", function () {
   this.timeout(120000);
   let engine: ManagedEngine;
-  before(async () => {
+  // A fresh engine per test: each counts its own restarts.
+  beforeEach(async () => {
     engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1 });
     await engine.ready();
   });
-  after(async () => engine?.close());
+  afterEach(async () => engine?.close());
 
   it("restarts the worker, retries a request that sent nothing, fails one that did", async () => {
     const pid = engine.stats().worker_pid!;
@@ -267,16 +268,6 @@ describe("engine worker crash", function () {
     const again = await collect(engine.submit(textReq("The capital of France is", { max_tokens: 8 })));
     expect(again.text).to.equal(r2.text);
   });
-});
-
-describe("engine worker crash, non-streamed request", function () {
-  this.timeout(120000);
-  let engine: ManagedEngine;
-  before(async () => {
-    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1 });
-    await engine.ready();
-  });
-  after(async () => engine?.close());
 
   it("reruns a whole (non-streamed) request that was mid-generation, and its caller sees one clean answer", async () => {
     const req = textReq("Tell me a long story", { max_tokens: 300, whole: true });

@@ -1,6 +1,6 @@
 import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
 import { badField, unsupported } from "../../errors.js";
-import { commonGenerationFields } from "../shared/request.js";
+import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
 import type { MessageParam, MessagesRequest, RequestBlock, ToolParam, ToolResultBlock } from "./types.js";
 
@@ -178,10 +178,8 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
   });
 
   const tools = toolSpecs(body.tools);
-  const prompt: ChatPrompt = { system, turns, tools, tool_choice: toolChoice(body, tools) };
   const thinking = enableThinking(body);
-  if (thinking !== undefined) prompt.enable_thinking = thinking;
-  return prompt;
+  return { system, turns, tools, tool_choice: toolChoice(body, tools), ...(thinking !== undefined ? { enable_thinking: thinking } : {}) };
 }
 
 /** Messages request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
@@ -189,13 +187,5 @@ export function toInternal(body: MessagesRequest, ctx: RequestContext): Generati
   if (body.output_config?.format !== undefined && body.output_config.format !== null) {
     throw unsupported("output_config.format", "structured output");
   }
-  const common = commonGenerationFields(body as unknown as Record<string, unknown>);
-  return {
-    id: ctx.id,
-    input: { kind: "chat", chat: chatPrompt(body) },
-    sampling: common.sampling,
-    max_tokens: common.max_tokens,
-    stop: common.stop,
-    ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
-  };
+  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(body as unknown as Record<string, unknown>));
 }

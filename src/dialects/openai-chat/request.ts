@@ -1,6 +1,6 @@
 import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
 import { badField, unsupported } from "../../errors.js";
-import { commonGenerationFields, enableThinking } from "../shared/request.js";
+import { commonGenerationFields, enableThinking, generationRequest } from "../shared/request.js";
 import type { ChatCompletionRequest, ChatMessage, RequestContext } from "./types.js";
 
 type Json = Record<string, unknown>;
@@ -125,13 +125,5 @@ export function toInternal(body: ChatCompletionRequest, rc: RequestContext): Gen
   const json = body as unknown as Json;
   const format = body.response_format;
   if (format && format.type !== "text") throw unsupported("response_format", "structured output (json_object, json_schema)");
-  const common = commonGenerationFields(json, ["max_completion_tokens", "max_tokens"]);
-  return {
-    id: rc.id,
-    input: { kind: "chat", chat: chatPrompt(body) },
-    sampling: common.sampling,
-    max_tokens: common.max_tokens,
-    stop: common.stop,
-    ...(rc.tenant !== undefined ? { tenant: rc.tenant } : {}),
-  };
+  return generationRequest(rc, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(json, ["max_completion_tokens", "max_tokens"]));
 }

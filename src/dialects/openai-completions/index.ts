@@ -4,7 +4,7 @@ import type { FinishReason, GenerationEvent, GenerationRequest } from "../../eng
 import { badField, fromEngineError } from "../../errors.js";
 import type { components } from "../../generated/types.js";
 import type { SseFrame } from "../../http/sse.js";
-import { commonGenerationFields } from "../shared/request.js";
+import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { CreatedRenderContext, RequestContext } from "../shared/context.js";
 
 export type CompletionRequest = components["schemas"]["TextCompletionRequest"];
@@ -35,14 +35,7 @@ export function toInternal(body: CompletionRequest, rc: RequestContext): Generat
   const json: Record<string, unknown> = { ...body };
   if (json.logprobs === 0) delete json.logprobs;
   const common = commonGenerationFields(json, ["max_completion_tokens", "max_tokens"]);
-  return {
-    id: rc.id,
-    input: { kind: "text", text },
-    sampling: common.sampling,
-    max_tokens: common.max_tokens,
-    stop: common.stop,
-    ...(rc.tenant !== undefined ? { tenant: rc.tenant } : {}),
-  };
+  return generationRequest(rc, { kind: "text", text }, common);
 }
 
 function finishReason(reason: FinishReason): "stop" | "length" {

@@ -1,6 +1,6 @@
 import type { ChatPrompt, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
 import { badField, unsupported } from "../../errors.js";
-import { commonGenerationFields } from "../shared/request.js";
+import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
 import type { ContentPart, InputItem, ResponsesRequest, ToolParam } from "./types.js";
 
@@ -163,10 +163,8 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
   });
 
   const tools = toolSpecs(body.tools);
-  const prompt: ChatPrompt = { system, turns, tools, tool_choice: toolChoice(body, tools) };
   const thinking = enableThinking(body);
-  if (thinking !== undefined) prompt.enable_thinking = thinking;
-  return prompt;
+  return { system, turns, tools, tool_choice: toolChoice(body, tools), ...(thinking !== undefined ? { enable_thinking: thinking } : {}) };
 }
 
 /** Responses request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
@@ -177,12 +175,5 @@ export function toInternal(body: ResponsesRequest, ctx: RequestContext): Generat
     if (typeof entry === "string" && entry.includes("logprobs")) throw unsupported(`include[${i}]`, "log probabilities");
   });
   const common = commonGenerationFields(body as Record<string, unknown>, ["max_output_tokens", "max_completion_tokens", "max_tokens"]);
-  return {
-    id: ctx.id,
-    input: { kind: "chat", chat: chatPrompt(body) },
-    sampling: common.sampling,
-    max_tokens: common.max_tokens,
-    stop: common.stop,
-    ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
-  };
+  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, common);
 }

@@ -1,7 +1,8 @@
 // Request fields that every generating route shares (sampling, budget, stop), read with the
 // spec's defaults and ranges. Neutral: each dialect passes its own budget field names, and the
 // helpers never know which wire they serve.
-import type { SamplingParams } from "../../engine/types.js";
+import type { GenerationRequest, SamplingParams } from "../../engine/types.js";
+import type { RequestContext } from "./context.js";
 import { badField, unsupported } from "../../errors.js";
 
 export interface CommonFields {
@@ -89,6 +90,18 @@ export function commonGenerationFields(body: Body, budget_fields: string[] = ["m
   rejectSet(body, ["logprobs", "top_logprobs"], "log probabilities");
   requireSingleChoice(body);
   return { sampling: samplingParams(body), max_tokens: maxTokens(body, budget_fields), stop: stopStrings(body) };
+}
+
+/** The neutral request of a route: its input, the shared fields, and the context's id and tenant. */
+export function generationRequest(ctx: RequestContext, input: GenerationRequest["input"], common: CommonFields): GenerationRequest {
+  return {
+    id: ctx.id,
+    input,
+    sampling: common.sampling,
+    max_tokens: common.max_tokens,
+    stop: common.stop,
+    ...(ctx.tenant !== undefined ? { tenant: ctx.tenant } : {}),
+  };
 }
 
 /** `chat_template_kwargs.enable_thinking` and the top-level shorthand; the top-level one wins. */
