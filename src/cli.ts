@@ -33,6 +33,9 @@ run options:
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
   --allow-host NAME    One more Host name to answer to, on any port (repeatable): the Service
                        or gateway hostname clients use. Keys still apply.
+  --body-limit MiB     Largest request body accepted; larger ones get 413 (default ${DEFAULTS.body_limit_mib}).
+  --stall-timeout S    Close a stream whose client takes no bytes for S seconds, cancelling its
+                       generation (default 30).
   --metrics-without-key  /metrics needs no API key (for scrapers that cannot send one, such
                        as the Gateway API endpoint picker); it carries no keys or prompts.
   --ui                 Serve the built-in chat page at /.
@@ -65,6 +68,8 @@ export interface RunConfig {
   api_key_file: string | undefined;
   allow_hosts: string[];
   metrics_without_key: boolean;
+  body_limit_mib: number;
+  stall_timeout_s: number;
   ui: boolean;
   device: "cpu" | "cuda";
 }
@@ -85,6 +90,8 @@ export function parseRunArgs(args: string[]): RunConfig {
       "api-key-file": { type: "string" },
       "allow-host": { type: "string", multiple: true },
       "metrics-without-key": { type: "boolean" },
+      "body-limit": { type: "string" },
+      "stall-timeout": { type: "string" },
       ui: { type: "boolean" },
       device: { type: "string" },
       help: { type: "boolean", short: "h" },
@@ -107,6 +114,8 @@ export function parseRunArgs(args: string[]): RunConfig {
     api_key_file: values["api-key-file"],
     allow_hosts: values["allow-host"] ?? [],
     metrics_without_key: values["metrics-without-key"] === true,
+    body_limit_mib: intOption("body-limit", values["body-limit"], DEFAULTS.body_limit_mib, 1, 4096),
+    stall_timeout_s: intOption("stall-timeout", values["stall-timeout"], 30, 1, 86_400),
     ui: values.ui === true,
     device,
   };
@@ -185,7 +194,7 @@ async function cmdRun(args: string[]): Promise<number> {
 
   const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
   const { createApp } = await import("./server.js");
-  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allow_hosts: cfg.allow_hosts, metrics_without_key: cfg.metrics_without_key });
+  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allow_hosts: cfg.allow_hosts, metrics_without_key: cfg.metrics_without_key, body_limit_bytes: cfg.body_limit_mib * 1024 * 1024, sse_stall_ms: cfg.stall_timeout_s * 1000 });
   const { url } = await app.listen(cfg.port, cfg.host);
   process.stderr.write(`mashbox: listening on ${url} — ${model_id}, loading (answers 503/529 until ready)${keys ? `, ${keys.size} API key(s)` : ""}\n`);
 

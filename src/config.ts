@@ -23,6 +23,8 @@ export const DEFAULTS = {
   n_ctx: 4096,
   n_slots: 4,
   cache_ram_mib: 0,
+  /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
+  body_limit_mib: 8,
 } as const;
 
 /** Where `mashbox pull` keeps models; MASHBOX_HOME moves it (tests, read-only homes). */

@@ -6,6 +6,7 @@ export type ErrorCode =
   | "invalid_request"
   | "unsupported_field"
   | "unsupported_media_type"
+  | "payload_too_large"
   | "unauthorized"
   | "forbidden_origin"
   | "forbidden_host"
@@ -33,6 +34,7 @@ export const ERROR_CATALOG: Record<ErrorCode, CatalogEntry> = {
   invalid_request: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "Invalid request." },
   unsupported_field: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "A field of this request is not supported." },
   unsupported_media_type: { status: 415, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "Content-Type must be application/json." },
+  payload_too_large: { status: 413, openai_type: "invalid_request_error", anthropic_type: "request_too_large", default_message: "The request body is over this server's limit (--body-limit)." },
   unauthorized: { status: 401, openai_type: "authentication_error", anthropic_type: "authentication_error", default_message: "Missing or invalid API key." },
   forbidden_origin: { status: 403, openai_type: "permission_error", anthropic_type: "permission_error", default_message: "Requests from another origin are not allowed." },
   forbidden_host: { status: 403, openai_type: "permission_error", anthropic_type: "permission_error", default_message: "This server does not answer to that Host." },

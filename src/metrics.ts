@@ -159,6 +159,8 @@ export function createMetrics(engine: Engine): Metrics {
       generation(ev) {
         const reason = (FINISH_REASONS as readonly string[]).includes(ev.finish_reason) ? ev.finish_reason : "error";
         success.inc({ finished_reason: reason });
+        // A failed request has no meaningful token counts or latencies to add to the histograms.
+        if (reason === "error") return;
         promptTokens.inc(nonNeg(ev.prompt_tokens));
         cachedTokens.inc(nonNeg(ev.cached_tokens));
         generationTokens.inc(nonNeg(ev.completion_tokens));

@@ -129,6 +129,12 @@ export function allowedHosts(host: string, port: number): Set<string> {
   return out;
 }
 
+function hostHeaderCount(raw: string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === "host") n++;
+  return n;
+}
+
 /** Paths behind the API key (when keys are configured). */
 export function needsKey(path: string): boolean {
   return path === "/v1" || path.startsWith("/v1/") || path === "/metrics" || path === "/openapi.json";
@@ -165,6 +171,9 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
   // host[:port] → whether it names this server: a listed host:port, or an --allow-host name.
   const answersTo = (hostport: string) => hostsNow().has(hostport) || extraNames.has(bareHost(hostport.replace(/:\d+$/, "")));
   return async (ctx, next) => {
+    // Node keeps only the first of repeated Host headers, so a second one (which a proxy in
+    // front may have read instead) would pass unseen: refuse the request, as RFC 9112 says.
+    if (hostHeaderCount(ctx.req.rawHeaders) > 1) throw new ApiError("invalid_request", "The request has more than one Host header.");
     const host = (ctx.get("host") || "").toLowerCase();
     if (!answersTo(host)) throw new ApiError("forbidden_host");
 

@@ -39,6 +39,10 @@ export interface AppOptions {
   metrics_without_key?: boolean;
   /** --ui: GET / is the chat page. */
   ui?: boolean;
+  /** --body-limit (bytes): larger request bodies get 413 (default DEFAULTS.body_limit_mib). */
+  body_limit_bytes?: number;
+  /** --stall-timeout (ms): a stream whose client takes no bytes for this long is closed (default STALLED_READER_MS). */
+  sse_stall_ms?: number;
   /** --cache-ram (MiB), reported in Model and Health. */
   cache_ram_mib?: number;
   /** Where request log lines go (default stderr). */
@@ -70,6 +74,10 @@ function sessionTag(v: unknown): string | undefined {
   return v.replace(/[^\x21-\x7e]/g, "?").slice(0, SESSION_MAX);
 }
 
+function tooLarge(limit: number): ApiError {
+  return new ApiError("payload_too_large", `The request body is over this server's limit of ${limit} bytes (--body-limit).`);
+}
+
 export function createApp(opts: AppOptions): MashboxApp {
   const host = opts.host ?? DEFAULTS.host;
   let boundPort = opts.port ?? DEFAULTS.port;
@@ -84,6 +92,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     observe: metrics.observe,
     metrics_text: () => metrics.text(),
     ...(opts.sse_keepalive_ms !== undefined ? { sse_keepalive_ms: opts.sse_keepalive_ms } : {}),
+    ...(opts.sse_stall_ms !== undefined ? { sse_stall_ms: opts.sse_stall_ms } : {}),
   };
   setServerInfo(deps, { ui: opts.ui === true, cache_ram_mib: opts.cache_ram_mib ?? 0, prefix_cache: true });
   const contract = opts.validate_responses ? new ContractRecorder(createResponseValidator(rawDoc), log) : null;
@@ -135,7 +144,25 @@ export function createApp(opts: AppOptions): MashboxApp {
   }
 
   // koa-body ships its own copy of @types/koa; the middleware is the same function either way.
-  const parseBody = koaBody({ json: true, jsonLimit: "64mb", jsonStrict: true, urlencoded: false, text: false, multipart: false }) as unknown as Koa.Middleware;
+  // The limit is what a request can use: a body that would not fit any context is refused as
+  // it arrives (by Content-Length, before a byte is read; otherwise when the count passes it),
+  // and JSON.parse never sees more than this, which bounds the memory one request can take.
+  const body_limit = opts.body_limit_bytes ?? DEFAULTS.body_limit_mib * 1024 * 1024;
+  const parseBody = koaBody({ json: true, jsonLimit: body_limit, jsonStrict: true, urlencoded: false, text: false, multipart: false }) as unknown as Koa.Middleware;
+
+  /** Query parameters each operation declares; any other is ignored, as unknown body fields are. */
+  const declaredQuery = new Map<string, Set<string>>();
+  for (const item of Object.values((document as { paths?: Record<string, Record<string, any>> }).paths ?? {})) {
+    for (const o of Object.values(item)) {
+      if (typeof o?.operationId !== "string") continue;
+      const names = ((o.parameters ?? []) as Array<{ in?: string; name?: string }>).filter((p) => p.in === "query").map((p) => p.name!);
+      declaredQuery.set(o.operationId, new Set(names));
+    }
+  }
+  const knownQuery = (id: string | undefined, query: Record<string, string | string[] | undefined>) => {
+    const names = id ? declaredQuery.get(id) : undefined;
+    return Object.fromEntries(Object.entries(query).filter(([k, v]) => names?.has(k) && v !== undefined)) as Record<string, string | string[]>;
+  };
 
   /** operationId of (method, path), or of the path under another method (for a 405's contract check). */
   function routeOf(method: string, path: string): { id: OperationId; method_matches: boolean } | null {
@@ -195,11 +222,12 @@ export function createApp(opts: AppOptions): MashboxApp {
     }
     if (route?.method_matches && operations[route.id].request_schema !== null) {
       requireJson(ctx);
+      if (Number(ctx.get("content-length")) > body_limit) throw tooLarge(body_limit);
       try {
         await parseBody(ctx, async () => {});
       } catch (err) {
         const status = (err as { status?: number }).status;
-        if (status === 413) throw new ApiError("invalid_request", "The request body is too large.");
+        if (status === 413) throw tooLarge(body_limit);
         throw new ApiError("invalid_json", `Request body is not valid JSON: ${(err as Error).message}`);
       }
     }
@@ -212,7 +240,7 @@ export function createApp(opts: AppOptions): MashboxApp {
       sessionTag(ctx.get("x-claude-code-session-id"));
     if (session) ctx.state[STATE.session] = session;
     await api.handleRequest(
-      { method: ctx.method, path: ctx.path, query: ctx.querystring, headers: ctx.headers as Record<string, string>, body },
+      { method: ctx.method, path: ctx.path, query: knownQuery(route?.id, ctx.query), headers: ctx.headers as Record<string, string>, body },
       ctx,
     );
   });

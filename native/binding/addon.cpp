@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include "engine/scheduler.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -408,7 +410,26 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   return p;
 }
 
-Napi::Object InitAll(Napi::Env env, Napi::Object exports) { return Engine::Init(env, exports); }
+// setSendBuffer(fd, bytes): caps the kernel send buffer of one of the HTTP server's sockets.
+// Linux grows it up to tcp_wmem's maximum (4 MiB), which a streaming client that stops reading
+// would absorb for many minutes before a write stays undrained; capped, the server notices
+// within a few kilobytes. Returns the size the kernel set, or -1.
+Napi::Value SetSendBuffer(const Napi::CallbackInfo& info) {
+  auto env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "setSendBuffer(fd, bytes)");
+  const int fd = info[0].As<Napi::Number>().Int32Value();
+  int bytes = info[1].As<Napi::Number>().Int32Value();
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes) != 0) return Napi::Number::New(env, -1);
+  int got = 0;
+  socklen_t len = sizeof got;
+  if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &got, &len) != 0) return Napi::Number::New(env, -1);
+  return Napi::Number::New(env, got);
+}
+
+Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
+  exports.Set("setSendBuffer", Napi::Function::New(env, SetSendBuffer, "setSendBuffer"));
+  return Engine::Init(env, exports);
+}
 
 }  // namespace
 

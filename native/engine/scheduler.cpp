@@ -328,6 +328,13 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
 
 void Scheduler::step(std::vector<EngineEvent>& out) {
   admit(out);
+  // Start events leave before the forward pass: a client learns its request is admitted at
+  // once, not after the first prefill chunk (seconds on a long prompt).
+  if (!out.empty()) {
+    publish_stats();
+    sink_(std::move(out));
+    out.clear();
+  }
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
   if (running_.empty()) return;
 

@@ -38,8 +38,15 @@ export async function runGeneration(
     if (!ctx.res.writableEnded) abort.abort();
   });
 
+  // A request that fails before or outside its events still counts as failed (tap ignores refusals).
+  const failed = (err: unknown): never => {
+    const e = err instanceof ApiError ? err : new ApiError("internal_error");
+    tap({ type: "error", code: e.code, message: e.message });
+    throw err;
+  };
   if (!dialect.stream) {
-    ctx.body = dialect.whole(await collect(deps.engine, { ...req, whole: true }, abort.signal, tap));
+    const events = await collect(deps.engine, { ...req, whole: true }, abort.signal, tap).catch(failed);
+    ctx.body = dialect.whole(events);
     return;
   }
   const quiet_ms = deps.sse_keepalive_ms ?? SSE_KEEPALIVE_MS;
@@ -48,11 +55,11 @@ export async function runGeneration(
   // after that point arrives as the dialect's in-stream error.
   const { first, pending, rest } = await startStream(deps.engine, req, abort.signal, quiet_ms);
   if (first !== null) {
-    if (!first.ok) throw first.err;
-    if (first.r.done) throw fromEngineError(UNFINISHED);
-    if (first.r.value.type === "error") throw fromEngineError(first.r.value);
+    if (!first.ok) failed(first.err);
+    else if (first.r.done) failed(fromEngineError(UNFINISHED));
+    else if (first.r.value.type === "error") failed(fromEngineError(first.r.value));
   }
-  const sse = openSse(ctx);
+  const sse = openSse(ctx, { stall_ms: deps.sse_stall_ms });
   sse.signal.addEventListener("abort", () => abort.abort());
   const enc = dialect.encoder();
   let last_write = Date.now();

@@ -11,10 +11,12 @@ export function dialectOf(path: string): ErrorDialect {
 /** Any thrown value as an ApiError (koa/http-errors keep their 4xx meaning; the rest is 500). */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  // decodeURIComponent on a path or parameter with bad percent-encoding (/v1/models/%ff).
+  if (err instanceof URIError) return new ApiError("invalid_request", "The request path is not valid percent-encoded UTF-8.");
   const status = (err as { status?: unknown })?.status;
   if (typeof status === "number" && status >= 400 && status < 500 && (err as { expose?: boolean }).expose !== false) {
     const message = (err as Error).message;
-    if (status === 413) return new ApiError("invalid_request", "The request body is too large.");
+    if (status === 413) return new ApiError("payload_too_large");
     if (status === 404) return new ApiError("not_found", message);
     if (status === 415) return new ApiError("unsupported_media_type");
     return new ApiError("invalid_request", message);

@@ -84,6 +84,10 @@ export class CompletionStreamEncoder {
   push(ev: GenerationEvent): SseFrame[] {
     if (this.finished) return [];
     switch (ev.type) {
+      case "start":
+        // An empty piece at admission: the client sees its request is running while the
+        // prompt is prefilled (seconds to minutes), not only a silent connection.
+        return [{ data: { ...base(this.rc), choices: [{ index: 0, text: "", finish_reason: null, logprobs: null }] } satisfies Completion }];
       case "text":
       case "thinking":
         return ev.text === "" ? [] : [{ data: { ...base(this.rc), choices: [{ index: 0, text: ev.text, finish_reason: null, logprobs: null }] } satisfies Completion }];

@@ -2,19 +2,36 @@
 // collecting a non-streamed answer, peeking at the first event before committing to a 200
 // stream). Engine-level only: no koa, no wire shapes.
 import type { Engine, GenerationEvent, GenerationRequest } from "../../engine/types.js";
+import { ERROR_CATALOG, type ErrorCode } from "../../errors.js";
 import type { AppDeps } from "../../app/context.js";
 
+/** Whether an error event is the server failing the request (5xx), not a refusal of it (4xx). */
+function isFailure(code: string): boolean {
+  return (ERROR_CATALOG[code as ErrorCode]?.status ?? 500) >= 500;
+}
+
 /**
- * Calls deps.observe.generation once, when the "done" event passes through. A `whole` request
- * gets its events only at the end, so its time to first token is the engine's own (queue +
- * prompt time) rather than the arrival of the first event.
+ * Calls deps.observe.generation once, when the "done" event passes through, or when an error
+ * event says the request failed (finish_reason "error"). A `whole` request gets its events only
+ * at the end, so its time to first token is the engine's own (queue + prompt time) rather than
+ * the arrival of the first event.
  */
 export function observer(observe: AppDeps["observe"], whole = false): (ev: GenerationEvent) => void {
   const t0 = performance.now();
   let first: number | null = null;
+  let reported = false;
+  let prompt = { prompt_tokens: 0, cached_tokens: 0 };
   return (ev) => {
+    if (reported) return;
+    if (ev.type === "start") prompt = { prompt_tokens: ev.prompt_tokens, cached_tokens: ev.cached_tokens };
     if (first === null && (ev.type === "text" || ev.type === "thinking" || ev.type === "tool_call_start")) first = performance.now();
+    if (ev.type === "error" && isFailure(ev.code)) {
+      reported = true;
+      observe.generation({ finish_reason: "error", ...prompt, completion_tokens: 0, ttft_ms: null, queue_ms: 0, e2e_ms: performance.now() - t0 });
+      return;
+    }
     if (ev.type !== "done") return;
+    reported = true;
     observe.generation({
       finish_reason: ev.finish_reason,
       prompt_tokens: ev.usage.prompt_tokens,
