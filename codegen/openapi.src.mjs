@@ -5,7 +5,9 @@
 //
 // Wire names stay snake_case. Request schemas never set additionalProperties: false (the spec
 // accepts and ignores unknown fields); fields the spec refuses (log probabilities, structured
-// output, media parts) are refused by the schema itself, so the 400 names the field.
+// output, media parts) are refused by the schema itself, so the 400 names the field. The document
+// is also read by SDK generators (docs/CONTRACT.md): schema names start with their API, refused
+// values sit in x-mashbox-unsupported, and every operation has a tag and examples.
 
 /** Every string equal to this is replaced with the running model's id when the server serves the document. */
 export const MODEL_ID_PLACEHOLDER = "x-mashbox-model-id";
@@ -21,7 +23,9 @@ const ref = (name) => ({ $ref: `#/components/schemas/${name}` });
 export const UNSUPPORTED_KEYWORD = "x-mashbox-unsupported";
 const unsupportedValues = (schema, reason, values) => ({ ...schema, [UNSUPPORTED_KEYWORD]: { reason, values } });
 const nullable = (schema) => ({ ...schema, type: [schema.type, "null"] });
-const json = (schema) => ({ "application/json": { schema } });
+/** application/json content; `examples` (name -> { summary, value }) must validate (test/contract/document.test.ts). */
+const json = (schema, examples) => ({ "application/json": examples ? { schema, examples } : { schema } });
+const ex = (summary, value) => ({ summary, value });
 
 // ---------------------------------------------------------------- request fields
 
@@ -32,6 +36,7 @@ const SAMPLING_FIELDS = {
   min_p: nullable({ type: "number", minimum: 0, exclusiveMaximum: 1, default: 0, description: "Drop tokens below min_p times the top probability, in [0, 1)." }),
   seed: nullable({
     type: "integer",
+    format: "int64",
     // JSON numbers beyond 2^53 are not exact integers once parsed, so they cannot name a seed.
     minimum: -Number.MAX_SAFE_INTEGER,
     maximum: Number.MAX_SAFE_INTEGER,
@@ -183,7 +188,7 @@ schemas.AnthropicError = {
       properties: {
         type: {
           type: "string",
-          enum: ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "rate_limit_error", "api_error", "overloaded_error"],
+          enum: ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"],
         },
         message: { type: "string" },
       },
@@ -209,10 +214,10 @@ schemas.MashboxHealth = {
     status: { type: "string", enum: ["ok", "loading"], description: "ok when the model is loaded, loading before (and while its worker restarts)." },
     live_rows: { type: ["integer", "null"], minimum: 0, description: "Requests being answered now." },
     waiting: { type: "integer", minimum: 0, description: "Requests waiting for a slot." },
-    cache_bytes: { type: "integer", minimum: 0, description: "host_cache_bytes plus snapshot_bytes, each copy counted once." },
-    host_cache_bytes: { type: "integer", minimum: 0, description: "Bytes of the host memory prompt cache, each copy counted once." },
-    snapshot_bytes: { type: "integer", minimum: 0, description: "Bytes of saved slot state points that host_cache_bytes does not already count." },
-    host_cache_cap_bytes: { type: "integer", minimum: 0, description: "Most bytes the host memory prompt cache holds (0 = off)." },
+    cache_bytes: { type: "integer", format: "int64", minimum: 0, description: "host_cache_bytes plus snapshot_bytes, each copy counted once." },
+    host_cache_bytes: { type: "integer", format: "int64", minimum: 0, description: "Bytes of the host memory prompt cache, each copy counted once." },
+    snapshot_bytes: { type: "integer", format: "int64", minimum: 0, description: "Bytes of saved slot state points that host_cache_bytes does not already count." },
+    host_cache_cap_bytes: { type: "integer", format: "int64", minimum: 0, description: "Most bytes the host memory prompt cache holds (0 = off)." },
     host_cache_evictions: { type: "integer", minimum: 0, description: "Prompt cache entries removed from host memory to stay under that cap." },
     cache_namespace: { type: ["string", "null"], description: "Id of what cached prompts are valid for: model, weights, tokenizer, chat template and cache policy." },
     deployment_id: { type: ["string", "null"], description: "Id of the compiled programs this server runs (null until set)." },
@@ -325,7 +330,7 @@ schemas.ChatCompletion = {
   properties: {
     id: { type: "string", pattern: "^chatcmpl-" },
     object: { type: "string", const: "chat.completion" },
-    created: { type: "integer", minimum: 0 },
+    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
     model: { type: "string" },
     choices: {
       type: "array",
@@ -362,7 +367,7 @@ schemas.ChatCompletionChunk = {
   properties: {
     id: { type: "string", pattern: "^chatcmpl-" },
     object: { type: "string", const: "chat.completion.chunk" },
-    created: { type: "integer", minimum: 0 },
+    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
     model: { type: "string" },
     choices: {
       type: "array",
@@ -415,7 +420,7 @@ schemas.TextCompletion = {
   properties: {
     id: { type: "string", pattern: "^cmpl-" },
     object: { type: "string", const: "text_completion" },
-    created: { type: "integer", minimum: 0 },
+    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
     model: { type: "string" },
     choices: {
       type: "array",
@@ -671,7 +676,7 @@ schemas.ResponsesResponse = {
   properties: {
     id: { type: "string", pattern: "^resp_" },
     object: { type: "string", const: "response" },
-    created_at: { type: "integer", minimum: 0 },
+    created_at: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
     status: {
       type: "string",
       enum: ["in_progress", "completed", "incomplete", "failed"],
@@ -855,8 +860,8 @@ schemas.ResponsesInputItem = {
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
   // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
   // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
-  if: { required: ["type"] },
-  else: { required: ["role"] },
+  if: { required: ["type"], properties: { type: { type: "string" } } },
+  else: { required: ["role"], properties: { role: { type: "string" } } },
   properties: {
     type: {
       type: "string",
@@ -921,6 +926,75 @@ schemas.ResponsesRequest = {
   },
 };
 
+
+// ---------------------------------------------------------------- examples
+// Answers as this server gives them (the model id is the placeholder). Every example validates
+// against its schema (test/contract/document.test.ts), so a schema change that breaks one fails.
+
+const EXAMPLE_CREATED = 1764547200;
+const EXAMPLE_TIMINGS = { prompt_n: 14, prompt_ms: 21.4, prompt_per_second: 654.2, predicted_n: 8, predicted_ms: 48.1, predicted_per_second: 145.5, cache_n: 0, queue_ms: 0.2 };
+const EXAMPLES = {
+  health: { status: "ok", live_rows: 0, waiting: 0, cache_bytes: 0, host_cache_bytes: 0, snapshot_bytes: 0, host_cache_cap_bytes: 0, host_cache_evictions: 0, worker_pid: 4242, worker_restarts: 0 },
+  loading: { status: "loading", live_rows: null, waiting: 0, worker_restarts: 0 },
+  model: { id: MODEL_ID_PLACEHOLDER, object: "model", owned_by: "mashbox-labs", created: 0, max_model_len: 8192, slots: 4, prefix_cache: true, cache_ram_mib: 0 },
+  chatCompletion: {
+    id: "chatcmpl-3f9c2a7e",
+    object: "chat.completion",
+    created: EXAMPLE_CREATED,
+    model: MODEL_ID_PLACEHOLDER,
+    choices: [{ index: 0, message: { role: "assistant", content: "Mercury, Venus and Earth." }, finish_reason: "stop", logprobs: null }],
+    usage: { prompt_tokens: 14, completion_tokens: 8, total_tokens: 22, prompt_tokens_details: { cached_tokens: 0 } },
+    timings: EXAMPLE_TIMINGS,
+  },
+  chatChunk: {
+    id: "chatcmpl-3f9c2a7e",
+    object: "chat.completion.chunk",
+    created: EXAMPLE_CREATED,
+    model: MODEL_ID_PLACEHOLDER,
+    choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null, logprobs: null }],
+  },
+  completion: {
+    id: "cmpl-5b1d8e40",
+    object: "text_completion",
+    created: EXAMPLE_CREATED,
+    model: MODEL_ID_PLACEHOLDER,
+    choices: [{ index: 0, text: " Jupiter, Saturn, Uranus and Neptune.", finish_reason: "length", logprobs: null }],
+    usage: { prompt_tokens: 6, completion_tokens: 16, total_tokens: 22 },
+    timings: EXAMPLE_TIMINGS,
+  },
+  completionChunk: { id: "cmpl-5b1d8e40", object: "text_completion", created: EXAMPLE_CREATED, model: MODEL_ID_PLACEHOLDER, choices: [{ index: 0, text: " there", finish_reason: null, logprobs: null }] },
+  message: {
+    id: "msg_7c41d2f09a",
+    type: "message",
+    role: "assistant",
+    model: MODEL_ID_PLACEHOLDER,
+    content: [{ type: "text", text: "Mercury, Venus and Earth." }],
+    stop_reason: "end_turn",
+    stop_sequence: null,
+    usage: { input_tokens: 14, cache_read_input_tokens: 0, cache_creation_input_tokens: 0, output_tokens: 8 },
+  },
+  messageEvent: { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hi" } },
+  tokenCount: { input_tokens: 14 },
+  response: {
+    id: "resp_9a0e6b3c",
+    object: "response",
+    created_at: EXAMPLE_CREATED,
+    status: "completed",
+    model: MODEL_ID_PLACEHOLDER,
+    output: [{ type: "message", id: "msg_9a0e6b3c", status: "completed", role: "assistant", content: [{ type: "output_text", text: "Mercury, Venus and Earth.", annotations: [] }] }],
+    parallel_tool_calls: false,
+    tool_choice: "auto",
+    tools: [],
+    usage: { input_tokens: 14, input_tokens_details: { cached_tokens: 0 }, output_tokens: 8, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 22 },
+    incomplete_details: null,
+    error: null,
+  },
+  responseEvent: { type: "response.output_text.delta", sequence_number: 4, item_id: "msg_9a0e6b3c", output_index: 0, content_index: 0, delta: "Hi" },
+};
+const one = (summary, value) => ({ example: ex(summary, value) });
+const openaiError = (code, type, message, param = null) => one(message, { error: { message, type, param, code } });
+const anthropicError = (type, message) => one(message, { type: "error", error: { type, message } });
+
 // ---------------------------------------------------------------- responses and headers
 
 const headers = {
@@ -939,35 +1013,35 @@ const OVERLOADED =
   "overloaded_error: the model is still loading, or its worker is starting again after a fault, or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds (x-should-retry: true while not ready).";
 
 const responses = {
-  BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("OpenAIError")) },
-  Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("OpenAIError")) },
-  Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("OpenAIError")) },
+  BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("OpenAIError"), openaiError("unsupported_field", "invalid_request_error", "logprobs is not supported: log probabilities", "logprobs")) },
+  Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("OpenAIError"), openaiError("unauthorized", "authentication_error", "Missing or invalid API key.")) },
+  Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("OpenAIError"), openaiError("forbidden_origin", "permission_error", "Requests from another origin are not allowed.")) },
   MethodNotAllowed: {
     description: "The path exists but does not answer this method; every path of this document answers 405 to the methods it does not list.",
     headers: { Allow: hdr("Allow") },
-    content: json(ref("OpenAIError")),
+    content: json(ref("OpenAIError"), openaiError("method_not_allowed", "invalid_request_error", "Method not allowed.")),
   },
-  UnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("OpenAIError")) },
-  PayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB).", content: json(ref("OpenAIError")) },
+  UnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("OpenAIError"), openaiError("unsupported_media_type", "invalid_request_error", "Content-Type must be application/json.")) },
+  PayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB).", content: json(ref("OpenAIError"), openaiError("payload_too_large", "invalid_request_error", "The request body is over the server limit (--body-limit).")) },
   ModelNotFound: {
     description: "A model id other than the one this server serves (GET /v1/models), code model_not_found. Leaving model out is accepted.",
-    content: json(ref("OpenAIError")),
+    content: json(ref("OpenAIError"), openaiError("model_not_found", "invalid_request_error", "The model does not exist on this server.", "model")),
   },
-  TooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError")) },
-  ServerError: { description: DEVICE_FAILED, content: json(ref("OpenAIError")) },
-  Loading: { description: "The model is still loading. Retry after the Retry-After header's seconds.", headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError")) },
-  AnthropicBadRequest: { description: "Bad request (as BadRequest, in the Anthropic shape).", content: json(ref("AnthropicError")) },
-  AnthropicUnauthorized: { description: "An API key is configured and the request has none or a wrong one.", content: json(ref("AnthropicError")) },
-  AnthropicForbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("AnthropicError")) },
-  AnthropicMethodNotAllowed: { description: "The path does not answer this method.", headers: { Allow: hdr("Allow") }, content: json(ref("AnthropicError")) },
-  AnthropicUnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("AnthropicError")) },
-  AnthropicPayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB): request_too_large.", content: json(ref("AnthropicError")) },
-  AnthropicTooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("AnthropicError")) },
-  AnthropicServerError: { description: DEVICE_FAILED, content: json(ref("AnthropicError")) },
+  TooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError"), openaiError("rate_limited", "rate_limit_error", "Too many requests are waiting for a slot.")) },
+  ServerError: { description: DEVICE_FAILED, content: json(ref("OpenAIError"), openaiError("engine_error", "server_error", "The request failed on the device.")) },
+  Loading: { description: "The model is still loading. Retry after the Retry-After header's seconds.", headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("OpenAIError"), openaiError("loading", "service_unavailable", "The model is still loading.")) },
+  AnthropicBadRequest: { description: "Bad request (as BadRequest, in the Anthropic shape).", content: json(ref("AnthropicError"), anthropicError("invalid_request_error", "temperature: must be <= 4")) },
+  AnthropicUnauthorized: { description: "An API key is configured and the request has none or a wrong one.", content: json(ref("AnthropicError"), anthropicError("authentication_error", "Missing or invalid API key.")) },
+  AnthropicForbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("AnthropicError"), anthropicError("permission_error", "Requests from another origin are not allowed.")) },
+  AnthropicMethodNotAllowed: { description: "The path does not answer this method.", headers: { Allow: hdr("Allow") }, content: json(ref("AnthropicError"), anthropicError("invalid_request_error", "Method not allowed.")) },
+  AnthropicUnsupportedMediaType: { description: "The POST body is not Content-Type: application/json.", content: json(ref("AnthropicError"), anthropicError("invalid_request_error", "Content-Type must be application/json.")) },
+  AnthropicPayloadTooLarge: { description: "The request body is over the server's limit (--body-limit, default 8 MiB): request_too_large.", content: json(ref("AnthropicError"), anthropicError("request_too_large", "The request body is over the server limit (--body-limit).")) },
+  AnthropicTooManyRequests: { description: TOO_MANY, headers: { "Retry-After": hdr("RetryAfter") }, content: json(ref("AnthropicError"), anthropicError("rate_limit_error", "Too many requests are waiting for a slot.")) },
+  AnthropicServerError: { description: DEVICE_FAILED, content: json(ref("AnthropicError"), anthropicError("api_error", "The request failed on the device.")) },
   AnthropicOverloaded: {
     description: OVERLOADED,
     headers: { "Retry-After": hdr("RetryAfter"), "x-should-retry": hdr("XShouldRetry") },
-    content: json(ref("AnthropicError")),
+    content: json(ref("AnthropicError"), anthropicError("overloaded_error", "The model is still loading.")),
   },
 };
 
@@ -978,7 +1052,7 @@ const responses = {
  * payload component is also named in x-sse-event-schema for the server's own validator.
  * `done`: data-only OpenAI streams end with the literal data: [DONE], which is not JSON.
  */
-const sse = (component, description, { done = false } = {}) => {
+const sse = (component, description, { done = false, example }) => {
   const payload = {
     type: "string",
     contentMediaType: "application/json",
@@ -999,9 +1073,12 @@ const sse = (component, description, { done = false } = {}) => {
         else: { properties: { data: payload } },
       }
     : { type: "object", required: ["event", "data"], properties: { ...fields, data: payload } };
+  // The example is one event whose data is the JSON text of a payload example.
+  const value = done ? { data: JSON.stringify(example) } : { event: example.type, data: JSON.stringify(example) };
   return {
     "text/event-stream": {
       schema: { ...event, description: `${description} Each event (this schema) carries a ${component} as data.` },
+      examples: { event: ex(`One event: a ${component}`, value) },
       "x-sse-event-schema": `#/components/schemas/${component}`,
     },
   };
@@ -1010,8 +1087,8 @@ const sse = (component, description, { done = false } = {}) => {
 const OPTIONAL_KEY = [{}, { bearer: [] }, { api_key: [] }];
 
 const healthResponses = (extra = {}) => ({
-  200: { description: "OK", content: json(ref("MashboxHealth")), ...extra },
-  503: { description: "The model is still loading.", content: json(ref("MashboxHealth")) },
+  200: { description: "OK", content: json(ref("MashboxHealth"), one("Ready", EXAMPLES.health)), ...extra },
+  503: { description: "The model is still loading.", content: json(ref("MashboxHealth"), one("Loading", EXAMPLES.loading)) },
 });
 
 const openaiGenerationResponses = (okContent) => ({
@@ -1032,7 +1109,6 @@ const requestBody = (schema, examples) => ({
   required: true,
   content: { "application/json": { schema: ref(schema), examples } },
 });
-const ex = (summary, value) => ({ summary, value });
 
 const paths = {
   "/v1/health": {
@@ -1076,8 +1152,11 @@ const paths = {
       tags: ["health"],
       security: [],
       responses: {
-        200: { description: "OK: the health object, or the chat page with --ui.", content: { ...json(ref("MashboxHealth")), "text/html": { schema: { type: "string" } } } },
-        503: { description: "The model is still loading.", content: json(ref("MashboxHealth")) },
+        200: {
+          description: "OK: the health object, or the chat page with --ui.",
+          content: { ...json(ref("MashboxHealth"), one("Ready", EXAMPLES.health)), "text/html": { schema: { type: "string" }, examples: { page: ex("The chat page (--ui)", "<!doctype html>") } } },
+        },
+        503: { description: "The model is still loading.", content: json(ref("MashboxHealth"), one("Loading", EXAMPLES.loading)) },
         403: resp("Forbidden"),
         405: resp("MethodNotAllowed"),
       },
@@ -1090,7 +1169,7 @@ const paths = {
       description: "The one model this server runs.",
       tags: ["models"],
       security: OPTIONAL_KEY,
-      responses: { 200: { description: "OK", content: json(ref("OpenAIModelList")) }, 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
+      responses: { 200: { description: "OK", content: json(ref("OpenAIModelList"), one("The one model", { object: "list", data: [EXAMPLES.model] })) }, 401: resp("Unauthorized"), 403: resp("Forbidden"), 405: resp("MethodNotAllowed") },
     },
   },
   "/v1/models/{model}": {
@@ -1102,10 +1181,10 @@ const paths = {
       security: OPTIONAL_KEY,
       parameters: [{ name: "model", in: "path", required: true, description: "Model id.", schema: { type: "string", examples: [MODEL_ID_PLACEHOLDER] }, example: MODEL_ID_PLACEHOLDER }],
       responses: {
-        200: { description: "OK", content: json(ref("OpenAIModel")) },
+        200: { description: "OK", content: json(ref("OpenAIModel"), one("The model", EXAMPLES.model)) },
         401: resp("Unauthorized"),
         403: resp("Forbidden"),
-        404: { description: "Another model id.", content: json(ref("OpenAIError")) },
+        404: { description: "Another model id.", content: json(ref("OpenAIError"), openaiError("model_not_found", "invalid_request_error", "The model does not exist on this server.", "model")) },
         405: resp("MethodNotAllowed"),
       },
     },
@@ -1127,8 +1206,11 @@ const paths = {
         }),
       }),
       responses: openaiGenerationResponses({
-        ...json(ref("ChatCompletion")),
-        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or an OpenAIStreamError after a failure), then data: [DONE].", { done: true }),
+        ...json(ref("ChatCompletion"), one("A short answer", EXAMPLES.chatCompletion)),
+        ...sse("ChatCompletionStreamPayload", "Server-sent events: data: lines, each a ChatCompletionChunk (or an OpenAIStreamError after a failure), then data: [DONE].", {
+          done: true,
+          example: EXAMPLES.chatChunk,
+        }),
       }),
     },
   },
@@ -1144,8 +1226,11 @@ const paths = {
         streamed: ex("Streamed", { model: MODEL_ID_PLACEHOLDER, prompt: ["Once upon a time"], stream: true, max_tokens: 8, temperature: 0.7, seed: 1 }),
       }),
       responses: openaiGenerationResponses({
-        ...json(ref("TextCompletion")),
-        ...sse("TextCompletionStreamPayload", "Server-sent events: data: lines, each a TextCompletion without usage (or an OpenAIStreamError after a failure), then data: [DONE].", { done: true }),
+        ...json(ref("TextCompletion"), one("A continuation", EXAMPLES.completion)),
+        ...sse("TextCompletionStreamPayload", "Server-sent events: data: lines, each a TextCompletion without usage (or an OpenAIStreamError after a failure), then data: [DONE].", {
+          done: true,
+          example: EXAMPLES.completionChunk,
+        }),
       }),
     },
   },
@@ -1167,7 +1252,13 @@ const paths = {
         }),
       }),
       responses: {
-        200: { description: "OK", content: { ...json(ref("AnthropicMessage")), ...sse("AnthropicStreamEvent", "Server-sent events: event: + data: pairs.") } },
+        200: {
+          description: "OK",
+          content: {
+            ...json(ref("AnthropicMessage"), one("A short answer", EXAMPLES.message)),
+            ...sse("AnthropicStreamEvent", "Server-sent events: event: + data: pairs.", { example: EXAMPLES.messageEvent }),
+          },
+        },
         400: resp("AnthropicBadRequest"),
         401: resp("AnthropicUnauthorized"),
         403: resp("AnthropicForbidden"),
@@ -1192,7 +1283,7 @@ const paths = {
         basic: ex("Count a conversation", { model: MODEL_ID_PLACEHOLDER, messages: [{ role: "user", content: "Name three planets." }] }),
       }),
       responses: {
-        200: { description: "OK", content: json(ref("AnthropicTokenCount")) },
+        200: { description: "OK", content: json(ref("AnthropicTokenCount"), one("The count", EXAMPLES.tokenCount)) },
         400: resp("AnthropicBadRequest"),
         401: resp("AnthropicUnauthorized"),
         403: resp("AnthropicForbidden"),
@@ -1221,8 +1312,8 @@ const paths = {
         }),
       }),
       responses: openaiGenerationResponses({
-        ...json(ref("ResponsesResponse")),
-        ...sse("ResponsesStreamEvent", "Server-sent events: event: + data: pairs."),
+        ...json(ref("ResponsesResponse"), one("A short answer", EXAMPLES.response)),
+        ...sse("ResponsesStreamEvent", "Server-sent events: event: + data: pairs.", { example: EXAMPLES.responseEvent }),
       }),
     },
   },
@@ -1235,7 +1326,20 @@ const paths = {
       tags: ["operations"],
       security: OPTIONAL_KEY,
       responses: {
-        200: { description: "Prometheus text exposition format.", content: { "text/plain": { schema: { type: "string" } } } },
+        200: {
+          description: "Prometheus text exposition format.",
+          content: {
+            "text/plain": {
+              schema: { type: "string" },
+              examples: {
+                metrics: ex(
+                  "Two of the series",
+                  "# TYPE mashbox:num_requests_running gauge\nmashbox:num_requests_running 0\n# TYPE mashbox:num_requests_waiting gauge\nmashbox:num_requests_waiting 0\n",
+                ),
+              },
+            },
+          },
+        },
         401: resp("Unauthorized"),
         403: resp("Forbidden"),
         405: resp("MethodNotAllowed"),
@@ -1250,11 +1354,16 @@ const paths = {
       tags: ["operations"],
       security: OPTIONAL_KEY,
       responses: {
-        200: { description: "OpenAPI 3.1 document.", content: json({
-            type: "object",
-            required: ["openapi", "info", "paths"],
-            properties: { openapi: { type: "string", const: "3.1.0" }, info: { type: "object" }, paths: { type: "object" } },
-          }),
+        200: {
+          description: "OpenAPI 3.1 document.",
+          content: json(
+            {
+              type: "object",
+              required: ["openapi", "info", "paths"],
+              properties: { openapi: { type: "string", const: "3.1.0" }, info: { type: "object" }, paths: { type: "object" } },
+            },
+            one("This document (shortened)", { openapi: "3.1.0", info: { title: "mashbox", version: "0.1.0" }, paths: {} }),
+          ),
         },
         401: resp("Unauthorized"),
         403: resp("Forbidden"),
@@ -1277,7 +1386,7 @@ export function buildOpenapi() {
     },
     "x-mashbox-model-id": {
       placeholder: MODEL_ID_PLACEHOLDER,
-      description: `Every string value equal to "${MODEL_ID_PLACEHOLDER}" (request examples, the model path parameter's example, Model.id's example) stands for the running model's id. GET /openapi.json serves the document with each such string replaced by that id (src/contract/model-id.ts: fillModelId).`,
+      description: `Every string value equal to "${MODEL_ID_PLACEHOLDER}" (request and answer examples, the model path parameter's example, OpenAIModel.id's example), and every JSON string literal of it inside the JSON text of an SSE example's data, stands for the running model's id. GET /openapi.json serves the document with each replaced by that id (src/contract/model-id.ts: fillModelId).`,
     },
     "x-mashbox-source": "Generated by `npm run codegen` from codegen/openapi.src.mjs; edit that file, not this one.",
     servers: [{ url: "http://127.0.0.1:8000", description: "mashbox run <model> (default port)" }],

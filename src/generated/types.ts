@@ -327,7 +327,7 @@ export interface components {
             error: {
                 message: string;
                 /** @enum {string} */
-                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "api_error" | "overloaded_error";
+                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "rate_limit_error" | "api_error" | "overloaded_error";
             };
             request_id?: string;
             /** @constant */
@@ -338,7 +338,7 @@ export interface components {
             error: {
                 message: string;
                 /** @enum {string} */
-                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "api_error" | "overloaded_error";
+                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "rate_limit_error" | "api_error" | "overloaded_error";
             };
             request_id?: string;
             /**
@@ -433,7 +433,10 @@ export interface components {
              * @default 1
              */
             repetition_penalty?: number | null;
-            /** @description Sampling seed; a random one when absent. */
+            /**
+             * Format: int64
+             * @description Sampling seed; a random one when absent.
+             */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. */
             stop?: string | string[] | null;
@@ -575,6 +578,10 @@ export interface components {
                     }[];
                 };
             }[];
+            /**
+             * Format: int64
+             * @description Unix seconds.
+             */
             created: number;
             id: string;
             model: string;
@@ -609,6 +616,10 @@ export interface components {
                 /** @description Always null: log probabilities are not supported. */
                 logprobs?: Record<string, never> | null;
             }[];
+            /**
+             * Format: int64
+             * @description Unix seconds.
+             */
             created: number;
             id: string;
             model: string;
@@ -672,7 +683,10 @@ export interface components {
                 /** @constant */
                 type: "text";
             } | null;
-            /** @description Sampling seed; a random one when absent. */
+            /**
+             * Format: int64
+             * @description Sampling seed; a random one when absent.
+             */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. */
             stop?: string | string[] | null;
@@ -753,7 +767,10 @@ export interface components {
             total_tokens: number;
         };
         MashboxHealth: {
-            /** @description host_cache_bytes plus snapshot_bytes, each copy counted once. */
+            /**
+             * Format: int64
+             * @description host_cache_bytes plus snapshot_bytes, each copy counted once.
+             */
             cache_bytes?: number;
             /** @description Id of what cached prompts are valid for: model, weights, tokenizer, chat template and cache policy. */
             cache_namespace?: string | null;
@@ -765,9 +782,15 @@ export interface components {
             component_set_sha?: string | null;
             /** @description Id of the compiled programs this server runs (null until set). */
             deployment_id?: string | null;
-            /** @description Bytes of the host memory prompt cache, each copy counted once. */
+            /**
+             * Format: int64
+             * @description Bytes of the host memory prompt cache, each copy counted once.
+             */
             host_cache_bytes?: number;
-            /** @description Most bytes the host memory prompt cache holds (0 = off). */
+            /**
+             * Format: int64
+             * @description Most bytes the host memory prompt cache holds (0 = off).
+             */
             host_cache_cap_bytes?: number;
             /** @description Prompt cache entries removed from host memory to stay under that cap. */
             host_cache_evictions?: number;
@@ -781,7 +804,10 @@ export interface components {
                 path?: "kernel" | "exact" | "mixed";
                 sites?: Record<string, never>;
             } | null;
-            /** @description Bytes of saved slot state points that host_cache_bytes does not already count. */
+            /**
+             * Format: int64
+             * @description Bytes of saved slot state points that host_cache_bytes does not already count.
+             */
             snapshot_bytes?: number;
             /**
              * @description ok when the model is loaded, loading before (and while its worker restarts).
@@ -1233,7 +1259,10 @@ export interface components {
              * @default 1
              */
             repetition_penalty?: number | null;
-            /** @description Sampling seed; a random one when absent. */
+            /**
+             * Format: int64
+             * @description Sampling seed; a random one when absent.
+             */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. */
             stop?: string | string[] | null;
@@ -1288,6 +1317,10 @@ export interface components {
             top_p?: number | null;
         };
         ResponsesResponse: {
+            /**
+             * Format: int64
+             * @description Unix seconds.
+             */
             created_at: number;
             error?: {
                 code?: string;
@@ -1337,6 +1370,10 @@ export interface components {
                 logprobs?: Record<string, never> | null;
                 text: string;
             }[];
+            /**
+             * Format: int64
+             * @description Unix seconds.
+             */
             created: number;
             id: string;
             model: string;
@@ -1393,7 +1430,10 @@ export interface components {
              * @default 1
              */
             repetition_penalty?: number | null;
-            /** @description Sampling seed; a random one when absent. */
+            /**
+             * Format: int64
+             * @description Sampling seed; a random one when absent.
+             */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. */
             stop?: string | string[] | null;

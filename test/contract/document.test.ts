@@ -5,6 +5,8 @@ import { join } from "node:path";
 import { readOpenapiDocument } from "../../src/contract/validator.js";
 import { fillModelId, MODEL_ID_PLACEHOLDER } from "../../src/contract/model-id.js";
 import { operations } from "../../src/generated/operations.js";
+import { createResponseValidator } from "../../src/contract/validator.js";
+import { UNSUPPORTED_KEYWORD } from "../../src/contract/unsupported.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const SPEC_DIR = join(ROOT, "test", "fixtures", "spec");
@@ -92,6 +94,68 @@ describe("contract: openapi.json", () => {
     const mapping = doc.components.schemas.ResponsesStreamEvent.discriminator.mapping;
     for (const event of specEvents) expect(mapping, event).to.have.property(event);
     expect(doc.components.schemas.ResponsesStreamEvent.oneOf).to.have.length(Object.keys(mapping).length);
+  });
+
+  it("gives every operation an operationId, one declared tag, and examples that validate", () => {
+    const v = createResponseValidator(doc);
+    const declared = doc.tags.map((t: { name: string }) => t.name);
+    let checked = 0;
+    for (const [id, o] of Object.entries(operations)) {
+      const op = doc.paths[o.path][o.method.toLowerCase()];
+      expect(op.operationId, id).to.equal(id);
+      expect(op.tags, id).to.have.length(1);
+      expect(declared, id).to.include(op.tags[0]);
+      if (op.requestBody) {
+        const examples = Object.values<any>(op.requestBody.content["application/json"].examples ?? {});
+        expect(examples, `${id} request examples`).to.not.be.empty;
+        for (const e of examples) expect(v.validateRequest(id, e.value), `${id} request ${e.summary}`).to.deep.equal([]);
+      }
+      const resolve = (r: any) => (r.$ref ? doc.components.responses[r.$ref.split("/").pop()] : r);
+      for (const [status, r] of Object.entries<any>(op.responses)) {
+        for (const [media, content] of Object.entries<any>(resolve(r).content ?? {})) {
+          const examples = Object.values<any>(content.examples ?? {});
+          // Every documented answer with a body shows one.
+          expect(examples, `${id} ${status} ${media} examples`).to.not.be.empty;
+          for (const e of examples) {
+            const where = `${id} ${status} ${media} ${e.summary}`;
+            if (media === "application/json") expect(v.validateJson(id, Number(status), e.value), where).to.deep.equal([]);
+            else if (media === "text/event-stream") expect(v.validateSseEvent(id, e.value.data, e.value.event), where).to.deep.equal([]);
+            else expect(e.value, where).to.be.a("string");
+            checked++;
+          }
+        }
+      }
+    }
+    expect(checked).to.be.at.least(60);
+  });
+
+  it("names every schema after its API, and none after a generator's runtime class", () => {
+    // Generated SDKs put schemas next to their own runtime (typescript-fetch: ResponseError,
+    // Configuration; python: ApiResponse; go: APIClient...): a prefix per API keeps them apart.
+    const runtime = ["ResponseError", "RequiredError", "FetchError", "Configuration", "ApiResponse", "ApiClient", "ApiException", "APIClient", "APIResponse", "Error", "Response", "Client", "Model"];
+    for (const name of Object.keys(doc.components.schemas)) {
+      expect(name).to.match(/^(OpenAI|Anthropic|Chat|TextCompletion|Responses|Mashbox)([A-Z]|$)/);
+      expect(runtime, name).to.not.include(name);
+    }
+  });
+
+  it("types no property as null alone or as a boolean enum (generators cannot); refused values sit in x-mashbox-unsupported", () => {
+    const walk = (node: unknown, at: string): void => {
+      if (Array.isArray(node)) return node.forEach((x, i) => walk(x, `${at}/${i}`));
+      if (node === null || typeof node !== "object") return;
+      const o = node as Record<string, any>;
+      if (o.properties && typeof o.properties === "object") {
+        for (const [name, p] of Object.entries<any>(o.properties)) {
+          expect(p.type, `${at}/properties/${name}`).to.not.equal("null");
+          expect((p.enum ?? []).some((x: unknown) => typeof x === "boolean"), `${at}/properties/${name} enum`).to.equal(false);
+        }
+      }
+      for (const [k, x] of Object.entries(o)) if (k !== UNSUPPORTED_KEYWORD) walk(x, `${at}/${k}`);
+    };
+    walk(doc.paths, "#/paths");
+    walk(doc.components, "#/components");
+    const text = JSON.stringify(doc.components.schemas);
+    expect(text.split(`"${UNSUPPORTED_KEYWORD}"`).length - 1, "logprobs x3 (answers), chat logprobs + top_logprobs, completions logprobs, responses top_logprobs + include, output_config.format").to.equal(9);
   });
 
   it("marks the model id placeholders, and fillModelId fills every one", () => {
