@@ -14,8 +14,10 @@
 //
 // Generators are the pinned versions of requirements-ci.txt (PyPI; openapi-generator-cli ships
 // its jar, run on the machine's Java) and package.json (openapi-fetch). Generated code is cached
-// in .cache/sdk/<hash of openapi.json, generator configs and versions>/, so a run whose contract
-// did not change skips generation. Go modules come through the Go module proxy (GOFLAGS=-mod=mod).
+// in $MASHBOX_HOME/sdk (default ~/.cache/mashbox/sdk, beside the model cache, so a fresh clone on
+// the same machine reuses it), one folder per hash of openapi.json, the generator configs, this
+// file and the versions: a run whose contract did not change skips generation. Go modules come
+// through the Go module proxy (GOFLAGS=-mod=mod).
 //
 // Output: one "ok ..." / "FAIL ...: why" line per check, the time of each phase, and a closing
 // "N passed, N failed" line. Exit 1 when any check failed.
@@ -26,7 +28,8 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join, relative } from "node:path";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -36,6 +39,7 @@ const MODEL = process.env.MASHBOX_SDK_MODEL ?? "test/fixtures/llama-q8_0.gguf";
 const BASE = `http://127.0.0.1:${PORT}`;
 const GENERATORS = ["python", "go", "typescript-fetch"]; // openapi-generator, one batch run
 const TSC = join(ROOT, "node_modules", ".bin", "tsc");
+const CACHE = process.env.MASHBOX_HOME ? join(process.env.MASHBOX_HOME, "sdk") : join(homedir(), ".cache", "mashbox", "sdk");
 
 let passed = 0;
 let failed = 0;
@@ -163,6 +167,8 @@ function generate(dir) {
   writeFileSync(join(tmp, "complete"), "");
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
+  // Only the current contract's clients are worth keeping.
+  for (const old of readdirSync(CACHE)) if (join(CACHE, old) !== dir && !old.includes(".tmp-")) rmSync(join(CACHE, old), { recursive: true, force: true });
   return true;
 }
 
@@ -247,10 +253,10 @@ try {
   console.log(`sdk: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join("; ")}`);
   // The server loads its model while the clients are generated and compiled.
   server = await startServer();
-  const dir = join(ROOT, ".cache", "sdk", cacheKey(versions));
+  const dir = join(CACHE, cacheKey(versions));
   const cached = existsSync(join(dir, "complete"));
   const generated = await timed(cached ? "generate (cached)" : "generate", () => generate(dir));
-  if (cached) console.log(`sdk: generated clients from the cache ${relative(ROOT, dir)}`);
+  if (cached) console.log(`sdk: generated clients from the cache ${dir}`);
 
   let goBinary = null;
   let tsFetch = null;
