@@ -110,8 +110,18 @@ def make_tensor(rng, shape, qtype, scale=0.05):
     return raw.reshape(*shape[:-1], nb * bb), qtype
 
 
+# A Llama-2-style template that prints bos_token itself (as Mistral's and Llama 2's do): a
+# tokenizer that adds BOS too must not give the model two.
+BOS_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+
 def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, biases=False,
-                qk_norm=False, moe=False, head_dim=None):
+                qk_norm=False, moe=False, head_dim=None, chat_template=None):
     rng = np.random.default_rng(seed)
     dh = head_dim or D // H
     w = gguf.GGUFWriter(path + ".tmp", arch)
@@ -135,7 +145,11 @@ def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, bias
     if arch == "llama":
         w.add_vocab_size(n_vocab)
     for key, val, vtype, sub in tok_kv:
+        if chat_template is not None and key == "tokenizer.chat_template":
+            continue
         w.add_key_value(key, val, vtype, sub)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def add(name, shape, qtype, scale=0.05):
         arr, raw = make_tensor(rng, shape, qtype, scale)
@@ -218,6 +232,7 @@ def main():
         ("qwen3-q8_0", "qwen3", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "head_dim": QWEN3_DH}),
         ("qwen3-q4_k", "qwen3", "qwen2", Q.Q4_K, Q.Q6_K, {"qk_norm": True, "head_dim": QWEN3_DH}),
         ("qwen3moe-q8_0", "qwen3moe", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "moe": True}),
+        ("llama-spm-bos-q8_0", "llama", "llama-spm", Q.Q8_0, Q.Q8_0, {"tied": False, "chat_template": BOS_TEMPLATE}),
     ]
     t0 = time.time()
     for seed, (name, arch, tk, wt, et, extra) in enumerate(plan, start=1):

@@ -95,6 +95,38 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
   return o;
 }
 
+// Tokenizing a long prompt takes a while (~0.5 µs a byte): off the JS thread, so the worker keeps
+// forwarding events and taking requests meanwhile. The tokenizer is immutable once loaded.
+class TokenizeWorker : public Napi::AsyncWorker {
+ public:
+  TokenizeWorker(Napi::Env env, std::shared_ptr<const mb::Tokenizer> tok, std::string text, bool add_special,
+                 bool parse_special, std::vector<mb::Tokenizer::Span> literal)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), tok_(std::move(tok)),
+        text_(std::move(text)), literal_(std::move(literal)), add_special_(add_special), parse_special_(parse_special) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override {
+    try {
+      ids_ = tok_->encode(text_, add_special_, parse_special_, literal_);
+    } catch (const std::exception& e) {
+      SetError(e.what());
+    }
+  }
+  void OnOK() override {
+    auto arr = Napi::Int32Array::New(Env(), ids_.size());
+    for (size_t i = 0; i < ids_.size(); i++) arr[i] = ids_[i];
+    deferred_.Resolve(arr);
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<const mb::Tokenizer> tok_;
+  std::string text_;
+  std::vector<mb::Tokenizer::Span> literal_;
+  bool add_special_, parse_special_;
+  std::vector<int32_t> ids_;
+};
+
 class LoadWorker;
 
 class Engine : public Napi::ObjectWrap<Engine> {
@@ -104,6 +136,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
       InstanceMethod("load", &Engine::Load),
       InstanceMethod("info", &Engine::Info),
       InstanceMethod("tokenize", &Engine::Tokenize),
+      InstanceMethod("tokenizeAsync", &Engine::TokenizeAsync),
       InstanceMethod("detokenize", &Engine::Detokenize),
       InstanceMethod("submit", &Engine::Submit),
       InstanceMethod("cancel", &Engine::Cancel),
@@ -186,7 +219,12 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("chat_template", tmpl.empty() ? env.Null() : Napi::String::New(env, tmpl));
     o.Set("bos_token", t.bos() >= 0 ? Napi::String::New(env, t.token_text(t.bos())) : env.Null());
     o.Set("eos_token", t.eos() >= 0 ? Napi::String::New(env, t.token_text(t.eos())) : env.Null());
-    o.Set("add_bos", f.get_bool("tokenizer.ggml.add_bos_token", false));
+    o.Set("add_bos", t.adds_bos());
+    auto controls = t.control_ids();
+    auto control_tokens = Napi::Array::New(env, controls.size());
+    for (size_t i = 0; i < controls.size(); i++) control_tokens.Set(uint32_t(i), t.token_text(controls[i]));
+    o.Set("control_tokens", control_tokens);
+    o.Set("max_token_bytes", double(t.max_token_bytes()));
     o.Set("file_bytes", double(f.file_size()));
     o.Set("n_params", double(loaded_->n_params));
     // Bits per weight the way llama.cpp reports it: tensor bytes over parameter count.
@@ -196,16 +234,58 @@ class Engine : public Napi::ObjectWrap<Engine> {
     return o;
   }
 
+  // tokenize(text, add_special, parse_special, literal?) -> Int32Array; literal: [begin, end, ...]
+  // in string indices (UTF-16 units), ranges that stay plain text (Tokenizer::encode).
   Napi::Value Tokenize(const Napi::CallbackInfo& info) {
     auto env = info.Env();
     if (!ready(env)) return env.Undefined();
     std::string text = info[0].As<Napi::String>().Utf8Value();
     bool add_special = info.Length() > 1 && info[1].ToBoolean();
     bool parse_special = info.Length() > 2 && info[2].ToBoolean();
-    auto ids = loaded_->tok->encode(text, add_special, parse_special);
+    auto literal = info.Length() > 3 ? literal_spans(info[3], text) : std::vector<mb::Tokenizer::Span>{};
+    auto ids = loaded_->tok->encode(text, add_special, parse_special, literal);
     auto arr = Napi::Int32Array::New(env, ids.size());
     for (size_t i = 0; i < ids.size(); i++) arr[i] = ids[i];
     return arr;
+  }
+
+  // tokenizeAsync(same arguments) -> Promise<Int32Array>, tokenized on a libuv pool thread.
+  Napi::Value TokenizeAsync(const Napi::CallbackInfo& info) {
+    auto env = info.Env();
+    if (!ready(env)) return env.Undefined();
+    std::string text = info[0].As<Napi::String>().Utf8Value();
+    bool add_special = info.Length() > 1 && info[1].ToBoolean();
+    bool parse_special = info.Length() > 2 && info[2].ToBoolean();
+    auto literal = info.Length() > 3 ? literal_spans(info[3], text) : std::vector<mb::Tokenizer::Span>{};
+    auto* w = new TokenizeWorker(env, loaded_->tok, std::move(text), add_special, parse_special, std::move(literal));
+    auto p = w->promise();
+    w->Queue();
+    return p;
+  }
+
+  // [begin, end, ...] in UTF-16 units of the JS string -> byte ranges of its UTF-8 encoding (a
+  // code point of 4 bytes is 2 units; a lone surrogate became U+FFFD, 3 bytes for 1 unit).
+  static std::vector<mb::Tokenizer::Span> literal_spans(const Napi::Value& v, const std::string& utf8) {
+    std::vector<mb::Tokenizer::Span> spans;
+    if (v.IsUndefined() || v.IsNull()) return spans;
+    std::vector<int32_t> at = read_ids(v);
+    if (at.size() % 2 != 0) throw Napi::TypeError::New(v.Env(), "literal: expected [begin, end, ...] pairs");
+    std::vector<size_t> order(at.size()), bytes(at.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
+    size_t units = 0, byte = 0;
+    for (size_t i : order) {
+      while (units < size_t(std::max(at[i], 0)) && byte < utf8.size()) {
+        uint8_t c = uint8_t(utf8[byte]);
+        size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        byte = std::min(byte + len, utf8.size());
+        units += len == 4 ? 2 : 1;
+      }
+      bytes[i] = byte;
+    }
+    for (size_t i = 0; i + 1 < at.size(); i += 2)
+      if (bytes[i] < bytes[i + 1]) spans.push_back({bytes[i], bytes[i + 1]});
+    return spans;
   }
 
   Napi::Value Detokenize(const Napi::CallbackInfo& info) {
@@ -268,8 +348,18 @@ class Engine : public Napi::ObjectWrap<Engine> {
         r.sampling.seed = uint64_t(int64_t(s.Get("seed").As<Napi::Number>().Int64Value()));
       }
     }
-    // A grammar that fails to compile ends the request with an error event (scheduler.h).
-    if (o.Get("grammar").IsString()) r.grammar = o.Get("grammar").As<Napi::String>().Utf8Value();
+    // Compiled here, on the caller's thread: one that does not compile throws (the request is
+    // refused before it is queued), and the scheduler thread never spends a step on it.
+    if (o.Get("grammar").IsString()) {
+      r.grammar = o.Get("grammar").As<Napi::String>().Utf8Value();
+      if (!r.grammar.empty()) {
+        try {
+          r.compiled_grammar = mb::Grammar::parse(r.grammar);
+        } catch (const std::exception& e) {
+          throw Napi::Error::New(env, std::string("invalid grammar: ") + e.what());
+        }
+      }
+    }
     r.state_point = int(num(o, "state_point", 0));
     loaded_->sched->submit(std::move(r));
     return env.Undefined();

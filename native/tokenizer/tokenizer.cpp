@@ -57,11 +57,38 @@ struct Frag {
   size_t off, len;
 };
 
+// BPE merging keeps a heap of candidate pairs, O(n log n) in the length of what it merges, and
+// llama.cpp runs it over whole pre-tokens: one 30 MB "word" took 19 s and 1.3 GB. Longer runs are
+// merged in pieces of this many bytes instead (time linear, memory bounded). Only a single pre-token
+// this long can tokenize differently from llama.cpp (at the piece edges); SentencePiece text,
+// which has no pre-tokenizer, is cut before a word-initial space, where no token spans the cut.
+constexpr size_t kMaxMergeBytes = 64 << 10;
+
+// Where to end a piece of at most kMaxMergeBytes starting at `from`: not inside a UTF-8 sequence.
+size_t piece_end(std::string_view s, size_t from) {
+  size_t end = from + kMaxMergeBytes;
+  if (end >= s.size()) return s.size();
+  while (end > from + 1 && (static_cast<uint8_t>(s[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
 class VocabTokenizer final : public Tokenizer {
  public:
   explicit VocabTokenizer(const GgufFile& f);
 
-  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override {
+    return encode(text, add_special, parse_special, {});
+  }
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              const std::vector<Span>& literal) const override;
+  size_t max_token_bytes() const override { return max_token_bytes_; }
+  std::vector<int32_t> control_ids() const override {
+    std::vector<int32_t> ids;
+    for (int32_t id : special_)
+      if (attr_[static_cast<size_t>(id)] & (kAttrControl | kAttrUnknown)) ids.push_back(id);
+    return ids;
+  }
+  bool adds_bos() const override { return add_bos_ && bos_ >= 0; }
   std::string piece(int32_t id, bool render_special) const override;
   int32_t n_vocab() const override { return static_cast<int32_t>(text_.size()); }
   int32_t bos() const override { return bos_; }
@@ -91,9 +118,11 @@ class VocabTokenizer final : public Tokenizer {
     auto it = to_id_.find(s);
     return it == to_id_.end() ? -1 : it->second;
   }
-  std::vector<Frag> partition(std::string_view text, bool parse_special) const;
+  std::vector<Frag> partition(std::string_view text, bool parse_special, const std::vector<Span>& literal) const;
   void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
+  void bpe_merge(std::string_view word, std::vector<int32_t>& out) const;
   void spm_fragment(std::string_view raw, bool prefix_space, std::vector<int32_t>& out) const;
+  void spm_merge(std::string_view text, std::vector<int32_t>& out) const;
   int32_t spm_byte_token(uint8_t b) const;
   std::string compute_piece(int32_t id) const;
 
@@ -117,6 +146,7 @@ class VocabTokenizer final : public Tokenizer {
 
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  size_t max_token_bytes_ = 0;
 };
 
 VocabTokenizer::VocabTokenizer(const GgufFile& f) {
@@ -258,6 +288,19 @@ VocabTokenizer::VocabTokenizer(const GgufFile& f) {
 
   piece_.resize(n);
   for (size_t i = 0; i < n; ++i) piece_[i] = compute_piece(static_cast<int32_t>(i));
+
+  // Input bytes per token: a token's rendered piece is what it consumes (an SPM prefix space is
+  // added, not consumed). No bound when a token swallows whitespace (lstrip/rstrip) or a byte
+  // has no token (llama.cpp drops it).
+  bool bounded = true;
+  for (size_t i = 0; i < n; ++i) {
+    max_token_bytes_ = std::max(max_token_bytes_, std::max(piece_[i].size(), text_[i].size()));
+    if (attr_[i] & (kAttrLstrip | kAttrRstrip)) bounded = false;
+  }
+  if (kind_ == Kind::kBpe)
+    for (int b = 0; b < 256; ++b)
+      if (byte_char_id_[b] < 0) bounded = false;
+  if (!bounded) max_token_bytes_ = 0;
 }
 
 std::string VocabTokenizer::compute_piece(int32_t id) const {
@@ -306,9 +349,15 @@ std::string VocabTokenizer::piece(int32_t id, bool render_special) const {
   return piece_[static_cast<size_t>(id)];
 }
 
-std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_special) const {
+std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_special,
+                                            const std::vector<Span>& literal) const {
   std::vector<Frag> frags;
   if (text.empty()) return frags;
+  // literal: sorted by begin, non-overlapping (encode() normalizes them).
+  auto in_literal = [&](size_t b, size_t e) {
+    auto it = std::lower_bound(literal.begin(), literal.end(), b, [](const Span& s, size_t v) { return s.end <= v; });
+    return it != literal.end() && it->begin < e;
+  };
   frags.push_back({-1, 0, text.size()});
   std::vector<Frag> next;
   for (int32_t id : special_) {
@@ -321,9 +370,14 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
     for (const Frag& fr : frags) {
       if (fr.tok >= 0) { next.push_back(fr); continue; }
       size_t base = fr.off, end = fr.off + fr.len;
+      size_t from = base;
       while (base < end) {
-        size_t m = text.substr(0, end).find(st, base);
+        size_t m = text.substr(0, end).find(st, from);
         if (m == std::string_view::npos) break;
+        if ((a & (kAttrControl | kAttrUnknown)) && !literal.empty() && in_literal(m, m + st.size())) {
+          from = m + 1;  // the user's text, not the template's: stays plain
+          continue;
+        }
         if (m > base) {
           size_t left = m - base;
           if (a & kAttrLstrip)
@@ -334,6 +388,7 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
         base = m + st.size();
         if (a & kAttrRstrip)
           while (base < end && c_space(text[base])) ++base;
+        from = base;
       }
       if (base < end) next.push_back({-1, base, end - base});
     }
@@ -353,6 +408,19 @@ void VocabTokenizer::bpe_word(const std::string& word, std::vector<int32_t>& out
     int32_t whole = lookup(encoded(0, static_cast<uint32_t>(word.size())));
     if (whole >= 0) { out.push_back(whole); return; }
   }
+  for (size_t off = 0; off < word.size();) {
+    size_t end = piece_end(word, off);
+    bpe_merge(std::string_view(word).substr(off, end - off), out);
+    off = end;
+  }
+}
+
+void VocabTokenizer::bpe_merge(std::string_view word, std::vector<int32_t>& out) const {
+  auto encoded = [&](uint32_t off, uint32_t n) {
+    std::string s;
+    for (uint32_t i = off; i < off + n; ++i) s += byte_char_[static_cast<uint8_t>(word[i])];
+    return s;
+  };
   // One symbol per input byte: the byte-level alphabet maps every byte to one codepoint.
   std::vector<Sym> sy(word.size());
   for (size_t i = 0; i < word.size(); ++i)
@@ -430,6 +498,24 @@ void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::
     if (c == ' ') text += "\xE2\x96\x81";
     else text += c;
   }
+  const std::string_view sp = "\xE2\x96\x81";
+  for (size_t off = 0; off < text.size();) {
+    size_t end = piece_end(text, off);
+    if (end < text.size()) {
+      // Cut before a space that follows a non-space: SentencePiece pieces never hold "x▁".
+      for (size_t q = end; q > off + kMaxMergeBytes / 2; --q) {
+        if (text.compare(q, 3, sp) == 0 && text.compare(q - 3, 3, sp) != 0) {
+          end = q;
+          break;
+        }
+      }
+    }
+    spm_merge(std::string_view(text).substr(off, end - off), out);
+    off = end;
+  }
+}
+
+void VocabTokenizer::spm_merge(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
   std::vector<Sym> sy;
   sy.reserve(text.size());
@@ -445,7 +531,7 @@ void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::
     if (l < 0 || r < 0) return;
     const Sym& L = sy[static_cast<size_t>(l)];
     const Sym& R = sy[static_cast<size_t>(r)];
-    int32_t t = lookup(std::string_view(text).substr(L.off, L.n + R.n));
+    int32_t t = lookup(text.substr(L.off, L.n + R.n));
     if (t < 0) return;
     q.push({score_[static_cast<size_t>(t)], l, r, L.n + R.n, t});
   };
@@ -466,17 +552,32 @@ void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::
   }
   for (int32_t i = 0; i >= 0; i = sy[static_cast<size_t>(i)].next) {
     const Sym& s = sy[static_cast<size_t>(i)];
-    int32_t t = s.id >= 0 ? s.id : lookup(std::string_view(text).substr(s.off, s.n));
+    int32_t t = s.id >= 0 ? s.id : lookup(text.substr(s.off, s.n));
     if (t >= 0) { out.push_back(t); continue; }
     // Merged symbols are always tokens, so only single characters get here: emit their bytes.
     for (uint32_t k = 0; k < s.n; ++k) out.push_back(spm_byte_token(static_cast<uint8_t>(text[s.off + k])));
   }
 }
 
-std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                            const std::vector<Span>& literal) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  std::vector<Frag> frags = partition(text, parse_special);
+  std::vector<Span> lit;
+  if (parse_special && !literal.empty()) {
+    for (Span sp : literal) {
+      sp.end = std::min(sp.end, text.size());
+      if (sp.begin < sp.end) lit.push_back(sp);
+    }
+    std::sort(lit.begin(), lit.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    size_t w = 0;  // merge overlapping or touching ranges
+    for (const Span& sp : lit) {
+      if (w > 0 && sp.begin <= lit[w - 1].end) lit[w - 1].end = std::max(lit[w - 1].end, sp.end);
+      else lit[w++] = sp;
+    }
+    lit.resize(w);
+  }
+  std::vector<Frag> frags = partition(text, parse_special, lit);
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   if (kind_ == Kind::kSpm) {
     bool prev_special = true;  // SentencePiece prefixes a space at the start and after specials

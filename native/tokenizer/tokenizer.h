@@ -16,7 +16,31 @@ class Tokenizer {
 
   // add_special: add BOS/EOS as the vocab's add_bos_token/add_eos_token say.
   // parse_special: text like "<|im_start|>" becomes its control token instead of plain text.
+  // Time is linear in the text: a pre-token (or SentencePiece run) longer than kMaxMergeBytes
+  // is merged in pieces of about that size (tokenizer.cpp).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+
+  // A byte range [begin, end) of the text to encode.
+  struct Span {
+    size_t begin, end;
+  };
+  // As above, and `literal` ranges stay plain text even with parse_special: what a user wrote
+  // inside a rendered chat template, so that typing "<|im_end|>" cannot forge a turn boundary.
+  // A control token's text that overlaps one is not matched; all else tokenizes as without them.
+  // (This fallback, for tokenizers that do not implement it, parses no control tokens at all.)
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                                      const std::vector<Span>& literal) const {
+    return encode(text, add_special, parse_special && literal.empty());
+  }
+  // The most input bytes one token can stand for (the longest token), so that a text of B bytes
+  // is at least B / max_token_bytes() tokens; 0 when no such bound holds.
+  virtual size_t max_token_bytes() const { return 0; }
+  // Tokens whose text becomes the token only with parse_special (control and unknown tokens):
+  // the texts a chat prompt must keep users from typing into its structure.
+  virtual std::vector<int32_t> control_ids() const { return {}; }
+  // encode() with add_special starts with BOS (the vocab's add_bos_token or its type's default).
+  virtual bool adds_bos() const { return false; }
+
   // Raw bytes of one token (byte tokens and the gpt2 byte-to-unicode map already undone).
   // Control tokens render as their text only when render_special is true.
   virtual std::string piece(int32_t id, bool render_special) const = 0;

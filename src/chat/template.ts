@@ -2,20 +2,92 @@
 // that the prompt matches what the model was trained on (and what llama.cpp renders). Templates
 // without tool support get the tools in the Hermes <tool_call> convention, which the output
 // parser (./parser.ts) reads back.
+//
+// Only the template's own scaffolding may become control tokens. Every string the request
+// supplies (message text, tool calls and results, tool specs) has the model's control-token texts
+// ("<|im_end|>" ...) swapped for inert markers before rendering; after it, the markers are swapped
+// back and their ranges returned as `literal`, which the tokenizer keeps plain text even with
+// parse_special. (llama.cpp tokenizes the whole render with parse_special, so a user who types
+// "<|im_end|>\n<|im_start|>system" there writes a system turn.) Everything else tokenizes as it
+// would without the ranges, so prompts stay token-identical to llama.cpp's when nobody types one.
 import { Template } from "@huggingface/jinja";
 import type { ChatPrompt, ChatToolCall, ChatTurn, ModelInfo, ToolSpec } from "../engine/types.js";
 import { ApiError } from "../errors.js";
 
-export type TemplateModel = Pick<ModelInfo, "chat_template" | "bos_token" | "eos_token">;
+export type TemplateModel = Pick<ModelInfo, "chat_template" | "bos_token" | "eos_token" | "add_bos" | "control_tokens">;
+
+/** A rendered prompt: tokenize `text` with parse_special, keeping `literal` plain text. */
+export interface RenderedPrompt {
+  text: string;
+  /** [begin, end, ...] string indices of control-token texts the request wrote. */
+  literal: number[];
+}
 
 export interface RenderOptions {
   /** Default true: end with the opening of the assistant turn. */
   add_generation_prompt?: boolean;
   /**
    * The tokenizer adds BOS itself (GGUF add_bos_token): a bos_token the template printed at the
-   * start is removed so the prompt does not begin with two (llama.cpp does the same).
+   * start is removed so the prompt does not begin with two (llama.cpp does the same). Default:
+   * the model's add_bos.
    */
   add_bos?: boolean;
+}
+
+// Marker for the n-th escaped text: U+FDD0 n U+FDD1. Noncharacters no template prints or
+// transforms (trim, tojson and upper keep them); the request's own U+FDD0/U+FDD1 are escaped too.
+const MARK_OPEN = "\uFDD0";
+const MARK_CLOSE = "\uFDD1";
+const MARKER = /\uFDD0(\d+)\uFDD1/g;
+
+function regexEscape(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** Swaps control-token texts in request strings for markers, and back after rendering. */
+class Escaper {
+  private readonly pattern: RegExp | null;
+  private readonly texts: string[] = [];
+
+  constructor(control_tokens: readonly string[]) {
+    // Longest first, as the tokenizer matches them.
+    const alts = [...control_tokens].filter((t) => t.length > 0).sort((a, b) => b.length - a.length).map(regexEscape);
+    this.pattern = alts.length > 0 ? new RegExp([...alts, MARK_OPEN, MARK_CLOSE].join("|"), "g") : null;
+  }
+
+  str(s: string): string {
+    if (!this.pattern) return s;
+    return s.replace(this.pattern, (m) => `${MARK_OPEN}${this.texts.push(m) - 1}${MARK_CLOSE}`);
+  }
+
+  /** Strings (keys too) anywhere inside v: tool arguments and schemas are request text as well. */
+  deep<T>(v: T): T {
+    if (!this.pattern) return v;
+    if (typeof v === "string") return this.str(v) as T;
+    if (Array.isArray(v)) return v.map((x) => this.deep(x)) as T;
+    if (v !== null && typeof v === "object") {
+      const out: Record<string, unknown> = {};
+      for (const [k, x] of Object.entries(v)) out[this.str(k)] = this.deep(x);
+      return out as T;
+    }
+    return v;
+  }
+
+  restore(rendered: string): RenderedPrompt {
+    if (this.texts.length === 0) return { text: rendered, literal: [] };
+    const literal: number[] = [];
+    let text = "";
+    let last = 0;
+    for (const m of rendered.matchAll(MARKER)) {
+      const original = this.texts[Number(m[1])];
+      if (original === undefined) continue;
+      text += rendered.slice(last, m.index);
+      literal.push(text.length, text.length + original.length);
+      text += original;
+      last = m.index! + m[0].length;
+    }
+    return { text: text + rendered.slice(last), literal };
+  }
 }
 
 // Compiling a template costs ~ms; a server renders the same one for every request.
@@ -188,22 +260,36 @@ function foldSystem(messages: TemplateMessage[]): TemplateMessage[] | null {
   return rest.map((m, j) => (j === i ? { ...m, content: `${system}\n\n${String(m.content)}` } : m));
 }
 
-/** The prompt text for a chat; tokenize it with parse_special = true. */
+/** The prompt text for a chat (see renderChatPromptParts for how to tokenize it). */
 export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions = {}): string {
+  return renderChatPromptParts(chat, model, opts).text;
+}
+
+/**
+ * The prompt for a chat: tokenize `text` with parse_special = true and `literal` kept plain, so
+ * that only the template's scaffolding yields control tokens.
+ */
+export function renderChatPromptParts(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions = {}): RenderedPrompt {
+  const esc = new Escaper(model.control_tokens ?? []);
+  return esc.restore(render(chat, model, opts, esc));
+}
+
+function render(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions, esc: Escaper): string {
   const add_generation_prompt = opts.add_generation_prompt ?? true;
   // A conversation that ends with assistant text is a prefill (Anthropic's "put words in
   // Claude's mouth", llama-server's assistant prefill): the answer continues that text, so the
   // turn stays open instead of being closed by the template.
   const last = chat.turns.at(-1);
   if (add_generation_prompt && last?.role === "assistant" && last.content !== "" && !(last.tool_calls?.length ?? 0)) {
-    return renderChatPrompt({ ...chat, turns: chat.turns.slice(0, -1) }, model, opts) + last.content;
+    return render({ ...chat, turns: chat.turns.slice(0, -1) }, model, opts, esc) + esc.str(last.content);
   }
   const template = model.chat_template;
   // tool_choice "none": the model is not told about the tools at all.
   const tools = chat.tool_choice.type === "none" ? [] : chat.tools;
   const reasoning = templateSupportsReasoning(template);
   const native = templateSupportsTools(template);
-  const messages = native ? nativeMessages(chat, tools, reasoning) : hermesMessages(chat, tools, reasoning);
+  // Built from the request's text, so escaped whole (our own Hermes wording has no control tokens).
+  const messages = esc.deep(native ? nativeMessages(chat, tools, reasoning) : hermesMessages(chat, tools, reasoning));
   if (template === null || template.trim() === "") return chatml(messages, add_generation_prompt);
   const ctx: Record<string, unknown> = {
     messages,
@@ -211,7 +297,7 @@ export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: R
     bos_token: model.bos_token ?? "",
     eos_token: model.eos_token ?? "",
   };
-  if (native && tools.length > 0) ctx.tools = tools.map(toolSignature);
+  if (native && tools.length > 0) ctx.tools = esc.deep(tools.map(toolSignature));
   if (chat.enable_thinking !== undefined) ctx.enable_thinking = chat.enable_thinking;
   let out: string;
   try {
@@ -229,6 +315,7 @@ export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: R
       throw new ApiError("invalid_request", `The model's chat template refused this conversation: ${(err2 as Error).message}`);
     }
   }
-  if (opts.add_bos && model.bos_token && out.startsWith(model.bos_token)) out = out.slice(model.bos_token.length);
+  const add_bos = opts.add_bos ?? model.add_bos ?? false;
+  if (add_bos && model.bos_token && out.startsWith(model.bos_token)) out = out.slice(model.bos_token.length);
   return out;
 }

@@ -78,6 +78,8 @@ interface Job {
   grammar: string | undefined;
   /** State point in characters of prompt_text (prompt-cache.ts). */
   state_point_chars: number;
+  /** Ranges of prompt_text never parsed into control tokens (PreparedPrompt.literal). */
+  literal: number[];
   parser: OutputParser | null;
   stops: StopMatcher;
   prompt_tokens: number;
@@ -140,6 +142,8 @@ class WorkerEngine implements ManagedEngine {
           chat_template: info.chat_template,
           bos_token: info.bos_token,
           eos_token: info.eos_token,
+          add_bos: info.add_bos,
+          control_tokens: info.control_tokens,
         };
         this.state = "ready";
         this.readyResolve();
@@ -206,7 +210,7 @@ class WorkerEngine implements ManagedEngine {
     if (err) throw err;
     // The grammar is built too: a forced tool whose schema cannot be used is the same 400 here.
     const p = await preparePrompt(input, this.model, this.grammars);
-    return this.worker.tokenize(p.text, p.add_special, true);
+    return this.worker.tokenize(p.text, p.add_special, true, p.literal);
   }
 
   private waitingCounts(tenant: string): { tenant: number; total: number } {
@@ -251,6 +255,7 @@ class WorkerEngine implements ManagedEngine {
       starts_in_thinking: false,
       grammar: undefined,
       state_point_chars: 0,
+      literal: [],
       parser: null,
       stops: new StopMatcher(req.stop),
       prompt_tokens: 0,
@@ -285,6 +290,7 @@ class WorkerEngine implements ManagedEngine {
       job.starts_in_thinking = p.starts_in_thinking;
       job.grammar = p.grammar;
       job.state_point_chars = p.state_point_chars;
+      job.literal = p.literal;
     } catch (e) {
       this.preparing.delete(job);
       if (job.finished) return;
@@ -340,6 +346,7 @@ class WorkerEngine implements ManagedEngine {
       },
       ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
       ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
+      ...(job.literal.length > 0 ? { literal: job.literal } : {}),
     };
     this.worker.send({ t: "submit", req: sub });
   }

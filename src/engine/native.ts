@@ -30,7 +30,12 @@ export interface NativeModelInfo {
   chat_template: string | null;
   bos_token: string | null;
   eos_token: string | null;
+  /** The tokenizer starts a prompt with BOS (add_special): a template's own BOS is then dropped. */
   add_bos: boolean;
+  /** Texts that become control tokens only with parse_special (what user text must not forge). */
+  control_tokens: string[];
+  /** The most input bytes one token stands for (a prompt of B bytes is >= B / this tokens); 0 = unknown. */
+  max_token_bytes: number;
   file_bytes: number;
   n_params: number;
   bpw: number;
@@ -115,7 +120,10 @@ export interface NativeEngine {
   /** Resolves once the weights are loaded and the scheduler thread runs. */
   load(opts: NativeLoadOptions, on_events: (evs: NativeEvent[]) => void): Promise<NativeModelInfo>;
   info(): NativeModelInfo;
-  tokenize(text: string, add_special: boolean, parse_special: boolean): Int32Array;
+  /** literal: [begin, end, ...] string indices that stay plain text even with parse_special. */
+  tokenize(text: string, add_special: boolean, parse_special: boolean, literal?: number[]): Int32Array;
+  /** tokenize() on a libuv pool thread: a long text does not hold up the JS thread. */
+  tokenizeAsync(text: string, add_special: boolean, parse_special: boolean, literal?: number[]): Promise<Int32Array>;
   detokenize(ids: number[] | Int32Array, render_special?: boolean): string;
   submit(req: NativeRequest): void;
   cancel(id: number): void;

@@ -1,13 +1,20 @@
 // What the model is given for a request: the prompt text (the model's chat template for chat
 // input, the raw text otherwise) and the grammar its output must match, if any.
-import { renderChatPrompt, promptOpensThinking } from "../chat/template.js";
+import { renderChatPromptParts, promptOpensThinking } from "../chat/template.js";
 import { forcedTools } from "../chat/tool-grammar.js";
 import { statePointChars } from "./prompt-cache.js";
 import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
 import type { GenerationRequest, ModelInfo, ToolSpec } from "./types.js";
 
 export interface PreparedPrompt {
+  /** Tokenized with parse_special, except `literal`. */
   text: string;
+  /**
+   * [begin, end, ...] in characters of text: control-token texts the request wrote, kept plain
+   * text (src/chat/template.ts). A raw /v1/completions prompt has none: its writer writes the
+   * whole prompt, control tokens included, as with llama-server's /completion.
+   */
+  literal: number[];
   add_special: boolean;
   /** The template opened a think block: the answer starts inside it. */
   starts_in_thinking: boolean;
@@ -31,12 +38,13 @@ export async function preparePrompt(
   grammars: GrammarPool,
   grammar?: string,
 ): Promise<PreparedPrompt> {
-  if (input.kind === "text") return { text: input.text, add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0 };
+  if (input.kind === "text") return { text: input.text, literal: [], add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0 };
   const forced = forcedTools(input.chat);
   const chat = forced ? { ...input.chat, enable_thinking: false } : input.chat;
   let text: string;
+  let literal: number[];
   try {
-    text = renderChatPrompt(chat, model, { add_generation_prompt: true });
+    ({ text, literal } = renderChatPromptParts(chat, model, { add_generation_prompt: true }));
   } catch (e) {
     // The template prints each tool's schema; one nested thousands deep exhausts the stack.
     if (e instanceof RangeError) throw toolSchemaError([deepestTool(chat.tools)], "it is nested too deeply to print into the prompt");
@@ -44,7 +52,7 @@ export async function preparePrompt(
   }
   const starts_in_thinking = promptOpensThinking(text);
   if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking);
-  return { text, add_special: true, starts_in_thinking, grammar, state_point_chars: statePointChars(chat, model, text) };
+  return { text, literal, add_special: true, starts_in_thinking, grammar, state_point_chars: statePointChars(chat, model, text) };
 }
 
 /** The name of the tool whose parameters nest deepest (counted without recursion). */

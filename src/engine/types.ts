@@ -142,6 +142,10 @@ export interface ModelInfo {
   chat_template: string | null;
   bos_token: string | null;
   eos_token: string | null;
+  /** The tokenizer starts a prompt with BOS, so a template's leading bos_token is dropped. */
+  add_bos?: boolean;
+  /** Texts the tokenizer turns into control tokens (only the template may produce them). */
+  control_tokens?: string[];
 }
 
 export interface EngineStats {

@@ -61,11 +61,11 @@ export class WorkerClient {
   }
 
   /** Prompt tokens of `text` as the worker's tokenizer counts them. */
-  tokenize(text: string, add_special: boolean, parse_special: boolean): Promise<number> {
+  tokenize(text: string, add_special: boolean, parse_special: boolean, literal: number[] = []): Promise<number> {
     const rid = this.nextRid++;
     return new Promise<unknown>((resolve, reject) => {
       this.replies.set(rid, { resolve, reject });
-      this.send({ t: "tokenize", rid, text, add_special, parse_special });
+      this.send({ t: "tokenize", rid, text, add_special, parse_special, ...(literal.length > 0 ? { literal } : {}) });
     }) as Promise<number>;
   }
 

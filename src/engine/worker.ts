@@ -3,7 +3,7 @@
 //
 //   parent -> worker                                   worker -> parent
 //   {t:"load", opts}                                   {t:"ready", info} | {t:"load_error", message}
-//   {t:"tokenize", rid, text, add_special, parse_special}  {t:"reply", rid, ok, value | message}
+//   {t:"tokenize", rid, text, add_special, parse_special, literal?}  {t:"reply", rid, ok, value | message}
 //   {t:"submit", req: WorkerSubmit}                    {t:"events", evs: NativeEvent[], stats}
 //   {t:"cancel", id}                                   {t:"stats", stats}   (periodic while busy)
 //                                                      {t:"fault", message}, then it exits
@@ -11,7 +11,7 @@
 // A forward pass that throws leaves every sequence of the batch (and the K/V cache) suspect, so
 // the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
 // after a crash, and the requests of the batch get the one retry they would get then.
-import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
+import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeModelInfo, type NativeSampling } from "./native.js";
 
 /** A submit: prompt text is tokenized here, saving a round trip per request. */
 export interface WorkerSubmit {
@@ -25,11 +25,13 @@ export interface WorkerSubmit {
   grammar?: string;
   /** State point in characters of `text` (prompt-cache.ts); absent or 0 = none. */
   state_point_chars?: number;
+  /** [begin, end, ...] in characters of `text`: the user's text, never parsed into control tokens. */
+  literal?: number[];
 }
 
 export type ToWorker =
   | { t: "load"; opts: NativeLoadOptions }
-  | { t: "tokenize"; rid: number; text: string; add_special: boolean; parse_special: boolean }
+  | { t: "tokenize"; rid: number; text: string; add_special: boolean; parse_special: boolean; literal?: number[] }
   | { t: "submit"; req: WorkerSubmit }
   | { t: "cancel"; id: number };
 
@@ -57,9 +59,9 @@ const FAULT_EXIT = 70;
  * The state point in tokens: the common token prefix of the prompt and its first
  * state_point_chars characters tokenized alone (BPE may merge across that boundary).
  */
-function statePoint(engine: NativeEngine, r: WorkerSubmit, prompt: Int32Array): number {
+async function statePoint(engine: NativeEngine, r: WorkerSubmit, prompt: Int32Array): Promise<number> {
   if (!r.state_point_chars || r.state_point_chars <= 0) return 0;
-  const head = engine.tokenize(r.text.slice(0, r.state_point_chars), r.add_special, r.parse_special);
+  const head = await engine.tokenizeAsync(r.text.slice(0, r.state_point_chars), r.add_special, r.parse_special, r.literal);
   const n = Math.min(head.length, prompt.length);
   let i = 0;
   while (i < n && head[i] === prompt[i]) i++;
@@ -72,6 +74,9 @@ function main(): void {
   };
   let engine: NativeEngine | null = null;
   let n_ctx = 0;
+  let info: NativeModelInfo | null = null;
+  /** Submits whose prompt is being tokenized (a cancel then drops them before the scheduler). */
+  const tokenizing = new Set<number>();
   let active = 0;
   let faulted = false;
   // The server is gone: nothing left to serve.
@@ -106,8 +111,9 @@ function main(): void {
             for (const e of evs) if (e.type === "done" || e.type === "error") active--;
             send({ t: "events", evs, stats: engine!.stats() });
           })
-          .then((info) => {
-            send({ t: "ready", info, pid: process.pid });
+          .then((loaded) => {
+            info = loaded;
+            send({ t: "ready", info: loaded, pid: process.pid });
             // What a restarted worker found in the host cache shows before its first request.
             send({ t: "stats", stats: engine!.stats() });
           })
@@ -115,41 +121,56 @@ function main(): void {
         break;
       }
       case "tokenize": {
-        try {
-          const ids = engine!.tokenize(m.text, m.add_special, m.parse_special);
-          send({ t: "reply", rid: m.rid, ok: true, value: ids.length });
-        } catch (e) {
-          send({ t: "reply", rid: m.rid, ok: false, message: (e as Error).message });
-        }
+        // Off this thread (tokenizeAsync): a long text must not hold up events or other requests.
+        engine!
+          .tokenizeAsync(m.text, m.add_special, m.parse_special, m.literal)
+          .then((ids) => send({ t: "reply", rid: m.rid, ok: true, value: ids.length }))
+          .catch((e: Error) => send({ t: "reply", rid: m.rid, ok: false, message: e.message }));
         break;
       }
       case "submit": {
         const r = m.req;
-        let prompt: Int32Array;
-        try {
-          prompt = engine!.tokenize(r.text, r.add_special, r.parse_special);
-        } catch (e) {
-          send({ t: "events", evs: [{ type: "reject", id: r.id, code: "invalid_request", message: (e as Error).message, prompt_tokens: 0 }], stats: engine!.stats() });
+        const reject = (code: WorkerReject["code"], message: string, prompt_tokens: number) =>
+          send({ t: "events", evs: [{ type: "reject", id: r.id, code, message, prompt_tokens }], stats: engine!.stats() });
+        // Like llama-server: the prompt must leave room for at least one generated token. A text
+        // longer than n_ctx of the longest token cannot fit, so it is refused before tokenizing.
+        const bytes = Buffer.byteLength(r.text);
+        if (info!.max_token_bytes > 0 && bytes > (n_ctx - 1) * info!.max_token_bytes) {
+          const least = Math.ceil(bytes / info!.max_token_bytes);
+          reject("context_length_exceeded", `The prompt is at least ${least} tokens; the context window is ${n_ctx} tokens.`, least);
           break;
         }
-        // Like llama-server: the prompt must leave room for at least one generated token.
-        if (prompt.length >= n_ctx || prompt.length === 0) {
-          const msg = prompt.length === 0
-            ? "The prompt is empty."
-            : `The prompt is ${prompt.length} tokens; the context window is ${n_ctx} tokens.`;
-          send({
-            t: "events",
-            evs: [{ type: "reject", id: r.id, code: prompt.length === 0 ? "invalid_request" : "context_length_exceeded", message: msg, prompt_tokens: prompt.length }],
-            stats: engine!.stats(),
-          });
-          break;
-        }
-        active++;
-        engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, state_point: statePoint(engine!, r, prompt) });
+        tokenizing.add(r.id);
+        void (async () => {
+          let prompt: Int32Array;
+          let state_point: number;
+          try {
+            prompt = await engine!.tokenizeAsync(r.text, r.add_special, r.parse_special, r.literal);
+            state_point = prompt.length < n_ctx ? await statePoint(engine!, r, prompt) : 0;
+          } catch (e) {
+            if (tokenizing.delete(r.id)) reject("invalid_request", (e as Error).message, 0);
+            return;
+          }
+          if (!tokenizing.delete(r.id)) return; // cancelled meanwhile: the parent has finished it
+          if (prompt.length >= n_ctx || prompt.length === 0) {
+            if (prompt.length === 0) reject("invalid_request", "The prompt is empty.", 0);
+            else reject("context_length_exceeded", `The prompt is ${prompt.length} tokens; the context window is ${n_ctx} tokens.`, prompt.length);
+            return;
+          }
+          try {
+            // The grammar is compiled on this thread: one the engine cannot take is refused (a
+            // 400) before the request is queued.
+            engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, state_point });
+          } catch (e) {
+            reject("invalid_request", (e as Error).message, prompt.length);
+            return;
+          }
+          active++;
+        })();
         break;
       }
       case "cancel":
-        engine?.cancel(m.id);
+        if (!tokenizing.delete(m.id)) engine?.cancel(m.id);
         break;
     }
   });

@@ -1,52 +1,65 @@
-// Forward-pass parity with llama.cpp (node-llama-cpp's bundled CPU build is the oracle).
-// For the default model and every fixture GGUF: llama.cpp decodes 64 greedy steps from a fixed
-// token-id prompt; mb_logits runs the same prompt teacher-forced on llama.cpp's continuation
-// (--force), so both see identical contexts at every step. Asserted per step: our argmax is
-// llama.cpp's token, except at a near-tie (the two candidates' log-probs differ by less than
-// the model's tolerance in llama.cpp's distribution; at most MAX_TIES such steps), and the
-// next-token log-probabilities agree within the tolerance.
-// node-llama-cpp exposes probabilities, not logits, so both sides are compared as log-softmax
-// (logits up to the per-row constant), on tokens llama.cpp gives p > 1e-30 (below that its
-// float32 probabilities underflow and the log is meaningless).
+// Forward-pass parity with llama.cpp (node-llama-cpp's bundled CPU build is the oracle), teacher-
+// forced: both engines read the same token sequence (a fixed chat exchange, tokenized by
+// llama.cpp) and are compared position by position on their next-token distributions.
+//
+// The bar is llama.cpp's own spread on this machine: the same sequence through its two attention
+// paths (flash attention off, the plain path mashbox mirrors, and on), which round differently.
+// Three measures, each between a run X and llama.cpp's flash-off run A:
+//   max|Δ|  max |log p_X - log p_A| over the tokens sampling could pick (A gives p > 1e-3; on the
+//           random-weight fixtures no token reaches that, so: within 10x of A's top token);
+//   KL      mean over positions of KL(A || X) (resolution 1e-6, see KL_RESOLUTION);
+//   top-1   positions where X's most likely token is A's.
+// Why twice the spread: if mashbox were just a third numeric path, no farther from llama.cpp's
+// flash-on run B than A is, then by the triangle inequality d(mashbox, A) <= d(mashbox, B) +
+// d(B, A) <= 2 d(B, A). max|Δ| is a distance; KL between close distributions is a squared one
+// (KL ~ ½ Σ p δ²), so the bound applies to √KL, i.e. 4x on KL; top-1 disagreements obey the same
+// inequality (a position where mashbox and A differ differs between mashbox and B or B and A).
+// Greedy trajectories are not compared: one near-tie flip sends two runs down different texts,
+// and llama.cpp's two paths do that to each other too.
+//
+// mashbox runs through mb_logits twice: the whole sequence in one forward() (prefill kernels) and
+// one token at a time (decode kernels), on whichever kernel set MB_KERNELS picks (ref, avx2, or
+// the CPU's best by default). node-llama-cpp exposes probabilities, not logits, so both sides
+// are compared as log-softmax, on tokens llama.cpp gives p > 1e-30 (below that its float32
+// probabilities underflow).
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { getLlama, LlamaLogLevel, type Llama, type Token } from "node-llama-cpp";
+import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 
 const ROOT = process.cwd();
 const TOOL = process.env.MB_LOGITS ?? path.join(ROOT, "native/build/model/mb_logits");
-const DEFAULT_MODEL = process.env.MB_MODEL ?? process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const DEFAULT_MODEL = process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const FIXTURES = path.join(ROOT, "test/fixtures");
-const STEPS = 64;
-const PROB_EVERY = 4;  // full distributions at every 4th step (the Map of V entries is the slow part)
 const THREADS = 2;
-const MAX_TIES = 2;
-// Tolerances on |log p_ours - log p_llama.cpp|. Single-token prompts match to ~1e-4..1e-6, but
-// node-llama-cpp runs its AVX-512 CPU variant (other accumulation order, other expf) and the
-// differences are amplified through the layers:
-//  - fixtures (random weights, 2-4 layers): observed up to 5e-2;
-//  - SmolLM2 has massive residual activations (one channel ~2.2e4), so one-ulp differences flip
-//    q8 activation roundings; our own scalar and AVX2 kernels differ from each other by up to
-//    0.6 there, and llama.cpp itself moves by >0.1 between its flash-attention on/off paths.
-// Each model gets { all: bound over every compared token, top: bound over tokens llama.cpp gives
-// p > 1e-3 }. Default model observed: all 1.16 (far tail), top 0.37, greedy identical for 64 steps.
-const TOL_FIXTURE = { all: 0.1, top: 0.1 };
-const TOL_DEFAULT = { all: 1.5, top: 0.5 };
+// Every position on the default model; every 4th on the fixtures (the cost is node-llama-cpp's
+// V-entry probability map per position, and their distributions are all alike).
+const FIXTURE_STRIDE = 4;
 
-// Chat-formatted prompt for SmolLM2 (system + "What is the capital of France? ..."); for the
-// fixtures the ids are folded into their vocabulary.
-const PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 11173, 30, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649,
-  47, 19842, 281, 582, 6330, 30, 2, 198, 1, 520, 9531, 198];
+// A chat exchange in the default model's ChatML. Vocabularies without these control tokens read
+// them as plain text, which serves as well.
+const TEXT =
+  "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" +
+  "<|im_start|>user\nWhat is the capital of France? Answer in one sentence.<|im_end|>\n" +
+  "<|im_start|>assistant\nThe capital of France is Paris, a city on the Seine known for the Eiffel Tower, " +
+  "the Louvre and its cafes. It has been the country's political and cultural centre for centuries.<|im_end|>\n";
 
-function promptFor(nVocab: number): number[] {
-  return PROMPT.map((t) => t % nVocab);
-}
+const LOG_P_MIN = Math.log(1e-30);
+// KL is measured from float32 probabilities (relative rounding 6e-8 each, and rows that sum to 1
+// only within that): values down to -2e-7 were seen between runs that agree. Below 1e-6 a KL is
+// noise, so the KL bar is never set under it (llama.cpp's f16 fixture spread measures 0).
+const KL_RESOLUTION = 1e-6;
 
-interface Run {
-  tokens: number[];                      // per step: the argmax / greedy pick
-  logprobs: Array<Float32Array | null>;  // per step, [V] (oracle: null where not fetched)
+/** Next-token log-probabilities at the sampled positions: [positions][V], NaN where not known. */
+type Dists = Float32Array[];
+
+interface Agreement {
+  max_top: number;   // max |Δ log p| over the plausible tokens
+  mean_kl: number;   // mean KL(A || X)
+  top1: number;      // positions whose argmax agrees
+  n: number;         // positions compared
 }
 
 function logSoftmax(row: Float32Array): Float32Array {
@@ -58,58 +71,75 @@ function logSoftmax(row: Float32Array): Float32Array {
   return row.map((v) => v - lse);
 }
 
-function runMb(model: string, prompt: number[], force: number[], nVocab: number, dir: string): Run {
-  const out = path.join(dir, "logits.f32");
-  const r = spawnSync(
-    TOOL,
-    [model, "--tokens", prompt.join(","), "--greedy", String(STEPS), "--force", force.join(","),
-      "--threads", String(THREADS), "--out", out],
-    { encoding: "utf8" },
-  );
-  if (r.status !== 0) throw new Error(`mb_logits failed (${r.status}): ${r.stderr}`);
-  const tokens = r.stdout.trim().split(/\s+/).map(Number);
-  const buf = readFileSync(out);
-  const all = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
-  expect(all.length).to.equal(STEPS * nVocab);
-  const logprobs: Float32Array[] = [];
-  for (let s = 0; s < STEPS; s++) logprobs.push(logSoftmax(all.slice(s * nVocab, (s + 1) * nVocab)));
-  return { tokens, logprobs };
+function argmax(row: Float32Array): number {
+  let best = -1;
+  for (let i = 0; i < row.length; i++) if (!Number.isNaN(row[i]!) && (best < 0 || row[i]! > row[best]!)) best = i;
+  return best;
 }
 
-async function runOracle(llama: Llama, modelPath: string, prompt: number[], nVocab: number): Promise<Run> {
-  const model = await llama.loadModel({ modelPath });
-  try {
-    // flash attention off: llama.cpp's plain path (f16 K/V, f16-rounded probabilities) is the one we mirror
-    const ctx = await model.createContext({ contextSize: 256, batchSize: 128, sequences: 1, threads: THREADS, flashAttention: false });
-    try {
-      const seq = ctx.getSequence();
-      const options = { temperature: 0, topK: 0, topP: 1, minP: 0 };
-      type Gen = { generateNext: { token: true; probabilities: boolean; options: typeof options } };
-      const gen = (s: number): Gen => ({ generateNext: { token: true, probabilities: s % PROB_EVERY === 0, options } });
-      const tokens: number[] = [];
-      const logprobs: Array<Float32Array | null> = [];
-      let input: Array<Token | [Token, Gen]> = prompt.map((t, i) =>
-        i === prompt.length - 1 ? ([t as Token, gen(0)] as [Token, Gen]) : (t as Token));
-      for (let s = 0; s < STEPS; s++) {
-        const res = await seq.controlledEvaluate(input);
-        const next = res[input.length - 1]?.next;
-        if (next?.token == null) throw new Error("oracle returned no token");
-        let lp: Float32Array | null = null;
-        if (next.probabilities) {
-          lp = new Float32Array(nVocab).fill(NaN);
-          for (const [tok, p] of next.probabilities) if (p > 1e-30) lp[tok] = Math.log(p);
-        }
-        tokens.push(next.token);
-        logprobs.push(lp);
-        input = [[next.token, gen(s + 1)]];
-      }
-      return { tokens, logprobs };
-    } finally {
-      await ctx.dispose();
+/** X against the reference A (llama.cpp, flash attention off). */
+function agreement(x: Dists, a: Dists): Agreement {
+  let max_top = 0;
+  let kl = 0;
+  let top1 = 0;
+  for (let p = 0; p < a.length; p++) {
+    const xa = x[p]!;
+    const ra = a[p]!;
+    const top = argmax(ra);
+    const plausible = Math.min(Math.log(1e-3), ra[top]! - Math.log(10));
+    let k = 0;
+    for (let i = 0; i < ra.length; i++) {
+      const r = ra[i]!;
+      if (Number.isNaN(r)) continue;
+      const v = Number.isNaN(xa[i]!) ? LOG_P_MIN : Math.max(xa[i]!, LOG_P_MIN);
+      k += Math.exp(r) * (r - v);
+      if (r > plausible) max_top = Math.max(max_top, Math.abs(v - r));
     }
-  } finally {
-    await model.dispose();
+    kl += k;
+    if (argmax(xa) === top) top1++;
   }
+  // float32 probabilities that do not sum to exactly 1 can leave a tiny negative KL
+  return { max_top, mean_kl: Math.max(0, kl / a.length), top1, n: a.length };
+}
+
+function fmt(g: Agreement): string {
+  return `max|Δ| ${g.max_top.toFixed(4)}, KL ${g.mean_kl.toExponential(2)}, top-1 ${g.top1}/${g.n}`;
+}
+
+async function llamaDists(model: LlamaModel, seq: number[], positions: number[], V: number, flashAttention: boolean): Promise<Dists> {
+  const ctx = await model.createContext({ contextSize: 256, batchSize: 256, sequences: 1, threads: THREADS, flashAttention });
+  try {
+    const want = new Set(positions);
+    const options = { temperature: 0, topK: 0, topP: 1, minP: 0 };
+    const input = seq.map((t, i) =>
+      want.has(i) ? ([t as Token, { generateNext: { probabilities: true, options } }] as const) : (t as Token));
+    const res = await ctx.getSequence().controlledEvaluate(input as Parameters<ReturnType<typeof ctx.getSequence>["controlledEvaluate"]>[0]);
+    return positions.map((i) => {
+      const probs = res[i]?.next.probabilities;
+      if (!probs) throw new Error(`llama.cpp gave no probabilities at position ${i}`);
+      const lp = new Float32Array(V).fill(NaN);
+      for (const [tok, p] of probs) if (p > 1e-30) lp[tok] = Math.log(p);
+      return lp;
+    });
+  } finally {
+    await ctx.dispose();
+  }
+}
+
+/** mashbox's distributions at `positions`: the whole sequence in one forward(), or one token at a time. */
+function mbDists(model: string, seq: number[], positions: number[], V: number, dir: string, oneAtATime: boolean): Dists {
+  const out = path.join(dir, "logits.f32");
+  // --greedy N --force IDS decodes N tokens one by one, feeding IDS (teacher forcing); row s is
+  // the distribution after token s of the sequence.
+  const args = oneAtATime
+    ? [model, "--tokens", String(seq[0]), "--greedy", String(seq.length), "--force", [...seq.slice(1), 0].join(",")]
+    : [model, "--tokens", seq.join(","), "--positions", "all"];
+  const r = spawnSync(TOOL, [...args, "--threads", String(THREADS), "--out", out], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`mb_logits failed (${r.status}): ${r.stderr}`);
+  const buf = readFileSync(out);
+  const all = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
+  expect(all.length).to.equal(seq.length * V);
+  return positions.map((i) => logSoftmax(all.slice(i * V, (i + 1) * V)));
 }
 
 const models: string[] = [];
@@ -117,10 +147,11 @@ if (existsSync(DEFAULT_MODEL)) models.push(DEFAULT_MODEL);
 if (existsSync(FIXTURES))
   for (const f of readdirSync(FIXTURES).sort()) if (f.endsWith(".gguf")) models.push(path.join(FIXTURES, f));
 
-describe("forward pass vs llama.cpp (logits oracle)", function () {
-  this.timeout(300_000);
+describe("forward pass vs llama.cpp, teacher-forced (logits oracle)", function () {
+  this.timeout(600_000);
   let llama: Llama;
   let dir: string;
+  const kernels = process.env.MB_KERNELS ?? "default";
 
   before(async function () {
     if (!existsSync(TOOL)) throw new Error(`${TOOL} not built (npm run build:native)`);
@@ -134,48 +165,48 @@ describe("forward pass vs llama.cpp (logits oracle)", function () {
   });
 
   for (const modelPath of models) {
-    const tol = modelPath === DEFAULT_MODEL ? TOL_DEFAULT : TOL_FIXTURE;
-    it(`${path.basename(modelPath)}: ${STEPS} greedy steps match, log-probs within ${tol.top} (p>1e-3) / ${tol.all}`, async function () {
+    const name = path.basename(modelPath);
+    it(`${name}: within twice llama.cpp's flash-attention on/off spread (kernels: ${kernels})`, async function () {
       const info = spawnSync(TOOL, [modelPath, "--info"], { encoding: "utf8" });
       if (info.status !== 0) throw new Error(`mb_logits --info failed: ${info.stderr}`);
       const V = (JSON.parse(info.stdout) as { n_vocab: number }).n_vocab;
-      const prompt = promptFor(V);
-      const ref = await runOracle(llama, modelPath, prompt, V);
-      const mine = runMb(modelPath, prompt, ref.tokens, V, dir);
 
-      let maxAbs = 0;
-      let maxTop = 0;  // over tokens llama.cpp gives p > 1e-3: the ones sampling can actually pick
-      let maxRel = 0;
-      let compared = 0;
-      const ties: string[] = [];
-      const mismatches: string[] = [];
-      for (let s = 0; s < STEPS; s++) {
-        const a = mine.logprobs[s]!;
-        if (mine.tokens[s] !== ref.tokens[s]) {
-          // how far apart the two picks are in our distribution (theirs may not be fetched this step)
-          const gap = Math.abs(a[mine.tokens[s]] - a[ref.tokens[s]]);
-          (gap < tol.top ? ties : mismatches).push(`step ${s}: ours ${mine.tokens[s]} llama.cpp ${ref.tokens[s]} gap ${gap.toFixed(4)}`);
-        }
-        const b = ref.logprobs[s];
-        if (!b) continue;
-        for (let i = 0; i < V; i++) {
-          if (Number.isNaN(b[i])) continue;
-          const d = Math.abs(a[i] - b[i]);
-          compared++;
-          maxAbs = Math.max(maxAbs, d);
-          if (b[i] > Math.log(1e-3)) maxTop = Math.max(maxTop, d);
-          maxRel = Math.max(maxRel, d / Math.max(Math.abs(b[i]), 1));
-        }
+      const model = await llama.loadModel({ modelPath });
+      let a: Dists, b: Dists, seq: number[], positions: number[];
+      try {
+        seq = [...model.tokenize(TEXT, true)].map(Number);
+        const stride = modelPath === DEFAULT_MODEL ? 1 : FIXTURE_STRIDE;
+        positions = seq.map((_, i) => i).filter((i) => i % stride === stride - 1 || i === seq.length - 1);
+        a = await llamaDists(model, seq, positions, V, false);
+        b = await llamaDists(model, seq, positions, V, true);
+      } finally {
+        await model.dispose();
       }
+      const spread = agreement(b, a);
+      const bar = {
+        max_top: 2 * spread.max_top,
+        mean_kl: Math.max(4 * spread.mean_kl, KL_RESOLUTION),
+        flips: 2 * (spread.n - spread.top1),
+      };
+      const runs = {
+        prefill: agreement(mbDists(modelPath, seq, positions, V, dir, false), a),
+        decode: agreement(mbDists(modelPath, seq, positions, V, dir, true), a),
+      };
       console.log(
-        `    ${path.basename(modelPath)}: V=${V} compared=${compared} max_abs=${maxAbs.toExponential(3)} max_abs_p>1e-3=${maxTop.toExponential(3)} ` +
-          `max_rel=${maxRel.toExponential(3)} near_ties=${ties.length}${ties.length ? " (" + ties.join("; ") + ")" : ""}`,
+        `    ${name} (${seq.length} tokens, ${positions.length} positions, kernels ${kernels}):\n` +
+          `      llama.cpp flash on vs off: ${fmt(spread)}\n` +
+          `      mashbox prefill:           ${fmt(runs.prefill)}\n` +
+          `      mashbox decode:            ${fmt(runs.decode)}\n` +
+          `      bar (2x spread, KL 4x):    max|Δ| ${bar.max_top.toFixed(4)}, KL ${bar.mean_kl.toExponential(2)}, ` +
+          `top-1 >= ${spread.n - bar.flips}/${spread.n}`,
       );
-      expect(mismatches, "argmax differs from llama.cpp's greedy token").to.deep.equal([]);
-      expect(ties.length, "too many near-tie flips").to.be.at.most(MAX_TIES);
-      expect(compared).to.be.greaterThan(STEPS);
-      expect(maxTop, "max |dlogp| over p > 1e-3").to.be.lessThan(tol.top);
-      expect(maxAbs, "max |dlogp| over all compared tokens").to.be.lessThan(tol.all);
+      // A spread of exactly 0 would make the bar impossible and say nothing: say so instead.
+      expect(spread.max_top, "llama.cpp's two attention paths agree exactly: no spread to measure against").to.be.greaterThan(0);
+      for (const [path_, g] of Object.entries(runs)) {
+        expect(g.max_top, `${path_}: max |Δ log p| over plausible tokens`).to.be.at.most(bar.max_top);
+        expect(g.mean_kl, `${path_}: mean KL(llama.cpp || mashbox)`).to.be.at.most(bar.mean_kl);
+        expect(g.n - g.top1, `${path_}: top-1 disagreements`).to.be.at.most(bar.flips);
+      }
     });
   }
 });
