@@ -161,7 +161,9 @@
     const parts = [];
     const t = m.timings;
     if (t) {
-      parts.push(`${t.prompt_n} prompt tokens`, `${t.predicted_n} generated`);
+      // prompt_n counts only the tokens computed for this answer; cache_n came from the cache.
+      const prompt = t.prompt_n + (t.cache_n ?? 0);
+      parts.push(`${prompt} prompt ${prompt === 1 ? "token" : "tokens"}${t.cache_n ? ` (${t.cache_n} cached)` : ""}`, `${t.predicted_n} generated`);
       if (t.predicted_per_second != null) parts.push(`${t.predicted_per_second.toFixed(1)} tok/s`);
     }
     if (m.stopped) parts.push("stopped");

@@ -192,6 +192,19 @@ describe("MASHBOX Chat (--ui) in headless Chromium", function () {
     expect(await page.evaluate(() => navigator.clipboard.readText())).to.equal("console.log(40 + 2);\n");
   });
 
+  it("puts a reasoning model's thinking in a collapsed section", async () => {
+    const { page } = h;
+    await send(h, "What is 2 + 2?", "<think>\nTwo and two make four.\n</think>\n\nThe answer is **4**.");
+    await settled(page);
+    const thinking = lastAnswer(page).locator("details.thinking");
+    expect(await thinking.isVisible()).to.equal(true);
+    expect(await thinking.evaluate((d) => (d as HTMLDetailsElement).open)).to.equal(false);
+    expect(await thinking.locator(".think-body").isVisible()).to.equal(false);
+    expect((await lastAnswer(page).locator(".body").innerText()).trim()).to.equal("The answer is 4.");
+    await thinking.locator("summary").click();
+    expect(await thinking.locator(".think-body").innerText()).to.equal("Two and two make four.");
+  });
+
   it("keeps <img onerror> and <script> inert text, in a message and in an answer", async () => {
     const { page } = h;
     const evil = `<img src=x onerror="window.__pwned='img';alert(1)"> and <script>window.__pwned='script';alert(2)</script>`;
