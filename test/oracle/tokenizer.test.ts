@@ -205,6 +205,14 @@ describe("tokenizer parity with llama.cpp", function () {
           expectSame("special", CORPUS, mbEncode(v.file, CORPUS, true), llamaEncode(CORPUS, true));
         });
 
+        // Runs over 64 KiB are merged in pieces (tokenizer.cpp, kMaxMergeBytes): a long text of
+        // ordinary words (for SentencePiece one run, cut before a word) must still match exactly.
+        it("matches llama.cpp on a 200 KB text (longer than one merge piece)", function () {
+          let long = "";
+          for (let i = 0; long.length < 200_000; i++) long += CORPUS[i % CORPUS.length] + (i % 7 === 0 ? "\n" : " ");
+          expectSame("long", [long], mbEncode(v.file, [long], false), llamaEncode([long], false));
+        });
+
         it("adds BOS/EOS with add_special exactly as the vocab metadata says", function () {
           const info = JSON.parse(tool([v.file, "--info"], "")[0]) as { bos: number; eos: number };
           const plain = mbEncode(v.file, ["Hello world"], false)[0];
