@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <stdexcept>
 #include <map>
 #include <mutex>
@@ -63,7 +64,22 @@ class FakeModel : public Model {
   }
   int copies = 0;
   size_t kv_bytes() const override { return 0; }
-  int bad_pos = 0;
+  // The host prompt cache sees the fake's "K/V" (the token ids it holds) as 4 bytes a position.
+  size_t kv_token_bytes() const override { return sizeof(int32_t); }
+  void kv_read(int slot, int pos, int n, uint8_t* dst) const override {
+    const auto& kv = kv_[slot];
+    if (pos < 0 || n < 0 || size_t(pos + n) > kv.size()) { bad_pos++; return; }
+    std::memcpy(dst, kv.data() + pos, size_t(n) * sizeof(int32_t));
+  }
+  void kv_write(int slot, int pos, int n, const uint8_t* src) override {
+    auto& kv = kv_[slot];
+    if (pos < 0 || size_t(pos) > kv.size()) { bad_pos++; return; }
+    kv.resize(size_t(pos + n));
+    std::memcpy(kv.data() + pos, src, size_t(n) * sizeof(int32_t));
+    restored += n;
+  }
+  int restored = 0;
+  mutable int bad_pos = 0;
   std::atomic<bool> fail_on_shared_batch{false};  // throw once, from a batch of two sequences
   size_t max_batch_seen = 0;
   size_t tokens_forwarded = 0;
@@ -334,6 +350,46 @@ int main() {
     CHECK(r1.error && r1.fault && r2.error && r2.fault);
     CHECK(r1.message.find("fake device fault") != std::string::npos);
     CHECK_EQ(s.stats().slots_in_use, 0);
+  }
+  {  // host prompt cache: a prompt displaced from the only slot comes back restored, with the
+     // same output as computed (the fake's next token hashes its whole K/V); a state point is
+     // saved while its request still runs
+    auto model = std::make_unique<FakeModel>(1);
+    FakeModel* fm = model.get();
+    Collector c;
+    SchedulerOptions o{1, 2048, 512};
+    o.cache_bytes = 1 << 20;
+    o.cache_namespace = "fake";
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), o, [&](auto&& e) { c.sink(std::move(e)); });
+    CHECK(!s.cache_namespace().empty());
+    auto p1 = make_prompt(200, 5);
+    s.submit(req(1, p1, 4));
+    Result r1 = c.wait(1);
+    s.submit(req(2, make_prompt(100, 11), 4));  // takes the slot: p1 goes to host memory
+    c.wait(2);
+    CHECK(s.stats().host_cache.tokens >= 200);
+    auto p3 = p1;
+    p3.insert(p3.end(), r1.tokens.begin(), r1.tokens.end() - 1);  // what the slot held of the answer
+    p3.insert(p3.end(), {1, 2, 3});
+    const size_t before = fm->tokens_forwarded;
+    s.submit(req(3, p3, 4));
+    Result r3 = c.wait(3);
+    CHECK_EQ(r3.cached, int(p1.size() + r1.tokens.size() - 1));
+    CHECK(r3.tokens == expected(p3, 4));
+    CHECK_EQ(fm->tokens_forwarded - before, size_t(3 + 3));
+    CHECK(fm->restored >= 200);
+    CHECK(s.stats().host_cache.restored_tokens >= 200);
+
+    auto p4 = make_prompt(300, 17);
+    EngineRequest r = req(4, p4, 400);
+    r.state_point = 150;
+    const int64_t saved_before = s.stats().host_cache.saved_tokens;
+    s.submit(std::move(r));
+    for (int i = 0; i < 2000 && c.tokens_of(4) < 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(s.stats().host_cache.saved_tokens - saved_before >= 150);
+    s.cancel(4);
+    c.wait(4);
+    CHECK_EQ(fm->bad_pos, 0);
   }
   TEST_MAIN_END();
 }
