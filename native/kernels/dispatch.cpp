@@ -111,8 +111,17 @@ const KernelTable* avx2_table() {
 #endif
 }
 
+static bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 #if MB_KERNELS_AVX512
-// The AVX2 set with the 8-token GEMM for the types that have one.
+// The AVX2 set with the 8-token GEMM for the types that have one and flash attention, its value
+// product through vdpbf16ps where the CPU has AVX-512 BF16.
 static KernelTable build_avx512() {
   KernelTable k = build_avx2();
   k.name = "avx512vnni";
@@ -123,6 +132,14 @@ static KernelTable build_avx512() {
   k.gemm8[S_Q8_0] = avx512::gemm8_q8_0;
   k.gemm8[S_Q4_K] = avx512::gemm8_q4_K;
   k.gemm8[S_Q6_K] = avx512::gemm8_q6_K;
+  k.attention = avx512::flash_attention_f32;
+  k.attention_scratch = avx512::flash_attention_f32_scratch_floats;
+#if MB_KERNELS_AVX512_BF16
+  if (cpu_has_avx512_bf16()) {
+    k.attention = avx512::flash_attention_bf16;
+    k.attention_scratch = avx512::flash_attention_bf16_scratch_floats;
+  }
+#endif
   return k;
 }
 #endif
@@ -134,6 +151,23 @@ const KernelTable* avx512_table() {
 #else
   return nullptr;
 #endif
+}
+
+std::vector<AttnKernel> attention_kernels() {
+  std::vector<AttnKernel> ks = {{"ref", ref::attention, ref::attention_scratch_floats, false},
+                                {"ref-flash", ref::flash_attention, ref::flash_attention_scratch_floats, true}};
+#if MB_KERNELS_AVX2
+  if (avx2_table()) ks.push_back({"avx2", avx2::attention, avx2::attention_scratch_floats, false});
+#endif
+#if MB_KERNELS_AVX512
+  if (avx512_table())
+    ks.push_back({"avx512-flash-f32", avx512::flash_attention_f32, avx512::flash_attention_f32_scratch_floats, true});
+#endif
+#if MB_KERNELS_AVX512_BF16
+  if (cpu_has_avx512_bf16())
+    ks.push_back({"avx512-flash-bf16", avx512::flash_attention_bf16, avx512::flash_attention_bf16_scratch_floats, true});
+#endif
+  return ks;
 }
 
 const KernelTable& active_table() {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "blocks.h"
 
@@ -55,6 +56,17 @@ const KernelTable& ref_table();
 const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
 const KernelTable* avx512_table();  // nullptr if not compiled in or the CPU lacks AVX-512 VNNI (+F/BW/DQ/VL)
 const KernelTable& active_table();  // the one picked (MB_KERNELS=ref|avx2 forces one)
+
+// Every attention kernel this build and CPU can run, the references first (tests and benchmarks
+// compare them). flash: the one-pass kind, held to ref::flash_attention within a tolerance; the
+// others carry out ref::attention bit for bit.
+struct AttnKernel {
+  const char* name;
+  AttnFn fn;
+  AttnScratchFn scratch_floats;
+  bool flash;
+};
+std::vector<AttnKernel> attention_kernels();
 
 // The GEMM driver with an explicit table.
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,

@@ -59,23 +59,21 @@ void add(float* out, const float* a, int n);        // out += a
 // r = i*G + h (position p0 + i, head h); N >= p0 + n keys the scratch is sized for; keys and
 // values at positions [0, p0 + n).
 //
-// Causal attention of those rows against one KV head, tiled like flash attention (blocks of keys
-// that stay in L1 against blocks of query rows; each key and value read once per call):
-//   out[i][h] = sum_{j <= p0+i} f16(softmax_j(scale * f16(q[i][h]) . k[j])) * v[j]
-// Numerics: bit for bit those of llama.cpp's non-flash attention on the CPU (ggml-cpu's AVX-512
-// build, as node-llama-cpp runs it on the machines the oracle tests run on) for a batch of two or
-// more tokens: q rounded to f16; scores summed as its f16 GEMM (tinyBLAS) sums them, then scaled;
-// its softmax (ggml_v_expf, the sum in 16-key chunks added in double, times the f32 reciprocal);
-// probabilities rounded to f16; the product with V summed in tinyBLAS's order again. ref/ops.cpp
-// spells the arithmetic out. Why so exact: the f16 rounding of the probabilities turns any
-// last-bit difference before it into a 2^-11 relative one, which the models amplify (the oracle
-// fixtures moved from ~1e-5 to ~5e-2 away from llama.cpp with an online softmax in f32, and the
-// default model's greedy picks split from llama.cpp's at near-ties with only the summation
-// orders differing). A one-pass online softmax cannot do this rounding (it needs each row's max and
-// sum over all its keys first), hence three sweeps over the keys with exp(s - max) kept per key.
-// (llama.cpp runs a single-token batch through ggml_vec_dot_f16 instead, which sums in another
-// order; following it would make a row's bits depend on its batch, so decode rows here get the
-// multi-token arithmetic.)
+// Causal attention of those rows against one KV head:
+//   out[i][h] = sum_{j <= p0+i} softmax_j(scale * f16(q[i][h]) . k[j]) * v[j]
+// Numerics depend on the kernel set (MB_KERNELS forces one):
+//  - ref and avx2: bit for bit llama.cpp's non-flash attention on the CPU (ggml-cpu's AVX-512
+//    build, as node-llama-cpp runs it) for a batch of two or more tokens: scores summed as its f16
+//    GEMM (tinyBLAS) sums them; its softmax (ggml_v_expf, sums in 16-key chunks added in double);
+//    probabilities rounded to f16; the product with V summed in tinyBLAS's order (ref/ops.cpp
+//    spells it out). That needs each row's max and sum over all its keys before any probability
+//    is rounded, hence three sweeps over the keys with exp(s - max) kept per key: memory that
+//    grows with n * N and falls out of cache at depth.
+//  - avx512: flash attention, one sweep over blocks of keys with an online softmax in f32
+//    (ref::flash_attention is the definition), the value product through vdpbf16ps where the CPU
+//    has AVX-512 BF16 (probabilities and values rounded to bf16). Within 1e-5 (f32) or 2^-7 (bf16)
+//    of sum_j p_j |v_j| of the exact softmax (tests/test_attention.cpp). llama.cpp's own flash
+//    path (f16 accumulators) differs from its non-flash one by as much.
 // Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
 // p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
 //   q       [n][G][Dh] f32; ldq floats between positions, heads of one position Dh apart

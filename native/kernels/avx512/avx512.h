@@ -11,6 +11,17 @@ namespace avx512 {
 // the AVX2 tile and dot kernels.
 extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_q4_K, gemm8_q6_K;
 
+// flash_f32.cpp (AVX-512 F/BW/DQ/VL) and flash_bf16.cpp (also AVX-512 BF16): attention in one
+// pass with an online softmax (flash.h), held to ref::flash_attention within a tolerance. The
+// bf16 one rounds the probabilities and values to bf16 for vdpbf16ps. Head dims other than 64 and
+// 128 go to avx2::attention.
+void flash_attention_f32(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
+                         int G, int Dh, int p0, float scale, float* scratch);
+size_t flash_attention_f32_scratch_floats(int R, int Dh, int N);
+void flash_attention_bf16(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
+                          int n, int G, int Dh, int p0, float scale, float* scratch);
+size_t flash_attention_bf16_scratch_floats(int R, int Dh, int N);
+
 }  // namespace avx512
 }  // namespace kq
 }  // namespace mb

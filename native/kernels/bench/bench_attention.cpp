@@ -1,9 +1,10 @@
 // Attention kernel throughput on the default model's shape (SmolLM2-135M: G = 3, Dh = 64), one
-// thread, per kernel table: a prefill item (Bq = 32 positions, 96 query rows) and a decode item
-// (one position, 3 rows) at several depths p0 of the cache. Reports ms per call (fastest of the
+// thread, for every attention kernel this build and CPU can run (attention_kernels()): a prefill
+// item (n = 32 positions, 96 query rows, as the model cuts a prefill) and a decode item (one
+// position, 3 rows) at several depths p0 of the cache. Reports ms per call (fastest of the
 // repeats, the least disturbed on a shared machine), GFLOP/s counting 4 * Dh flops per (row, key)
 // pair actually attended (QK and PV), and key+value GB/s read from the f16 cache.
-// usage: bench_attention [--quick]
+// usage: bench_attention [--quick]     (--quick: depths up to 4096, no scalar references)
 //
 // Dimension legend: n query positions, G heads per KV head, Dh head dim, N = p0 + n keys.
 #include <algorithm>
@@ -19,24 +20,17 @@
 using namespace mb;
 using namespace mb::kq;
 
-static size_t kt_scratch_max(const std::vector<const KernelTable*>& tables, int R, int Dh, int N) {
-  size_t m = 0;
-  for (const KernelTable* kt : tables) m = std::max(m, kt->attention_scratch(R, Dh, N));
-  return m;
-}
-
 static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const int G = 3, Dh = 64;
-  std::vector<const KernelTable*> tables = {&ref_table()};
-  if (const KernelTable* a = avx2_table()) tables.push_back(a);
+  const std::vector<AttnKernel> kernels = attention_kernels();
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::printf("%-8s %-5s %6s %4s %10s %9s %9s\n", "item", "table", "p0", "n", "best ms", "GFLOP/s", "KV GB/s");
+  std::printf("%-8s %-18s %6s %4s %10s %9s %9s\n", "item", "kernel", "p0", "n", "best ms", "GFLOP/s", "KV GB/s");
   for (int n : {32, 1}) {
-    for (int p0 : {0, 512, 4096, 16384}) {
+    for (int p0 : {0, 512, 2048, 8192, 16384, 32736}) {
       if (quick && p0 > 4096) continue;
       const int N = p0 + n;
       std::vector<float> q((size_t)n * G * Dh), out(q.size());
@@ -44,14 +38,15 @@ int main(int argc, char** argv) {
       for (auto& x : q) x = nd(rng);
       for (auto& x : k) x = f2h(nd(rng));
       for (auto& x : v) x = f2h(nd(rng));
-      std::vector<float> scratch(kt_scratch_max(tables, n * G, Dh, N));
       double pairs = 0;  // (row, key) pairs attended
       for (int i = 0; i < n; i++) pairs += (double)G * (p0 + i + 1);
-      for (const KernelTable* kt : tables) {
-        if (kt == &ref_table() && (double)pairs > 2e5 && quick) continue;
+      for (const AttnKernel& kern : kernels) {
+        const bool scalar = std::strncmp(kern.name, "ref", 3) == 0;
+        if (scalar && (quick || pairs > 2e5)) continue;
+        std::vector<float> scratch(kern.scratch_floats(n * G, Dh, N));
         auto call = [&] {
-          kt->attention(q.data(), (size_t)G * Dh, k.data(), v.data(), out.data(), (size_t)G * Dh, n, G, Dh, p0,
-                        0.125f, scratch.data());
+          kern.fn(q.data(), (size_t)G * Dh, k.data(), v.data(), out.data(), (size_t)G * Dh, n, G, Dh, p0, 0.125f,
+                  scratch.data());
         };
         call();  // warm up
         double best = 1e30, el = 0;
@@ -64,8 +59,8 @@ int main(int argc, char** argv) {
           el += d;
           iters++;
         }
-        std::printf("%-8s %-5s %6d %4d %10.4f %9.2f %9.2f\n", n == 1 ? "decode" : "prefill", kt->name, p0, n, best * 1e3,
-                    4.0 * Dh * pairs / best / 1e9, 2.0 * N * Dh * 2 / best / 1e9);
+        std::printf("%-8s %-18s %6d %4d %10.4f %9.2f %9.2f\n", n == 1 ? "decode" : "prefill", kern.name, p0, n,
+                    best * 1e3, 4.0 * Dh * pairs / best / 1e9, 2.0 * N * Dh * 2 / best / 1e9);
       }
     }
   }

@@ -1,5 +1,6 @@
 // Scalar elementwise ops, written to round like ggml's CPU ops (double accumulators where ggml
 // uses ggml_float, rope angles built by repeated multiplication as ggml's rope cache does).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -139,6 +140,59 @@ void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
 }
 
 size_t attention_scratch_floats(int, int Dh, int N) { return (size_t)Dh + (size_t)N; }
+
+// ---- flash attention ----
+// One pass over the keys in blocks of kFlashKeyBlock from key 0, with a running max m, sum l and
+// output o per row (online softmax), all in f32:
+//   s_j = scale * (f16(q) . k_j)    (an fma chain over the dims in order)
+//   m' = max(m, max_j s_j);  a = exp(m - m');  p_j = exp(s_j - m')
+//   l = l * a + sum_j p_j;   o = o * a + sum_j p_j * v_j;   m = m'
+// and out = o * (1 / l) after the row's last block. The sums within a block are in key order here;
+// faster versions sum in their own fixed order (and may round p and v to bf16), so they are held
+// to a tolerance, not to these bits.
+void flash_attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
+                     int G, int Dh, int p0, float scale, float* scratch) {
+  float* qh = scratch;            // [Dh] the query row rounded to f16
+  float* o = scratch + Dh;        // [Dh] running output
+  float* s = scratch + 2 * Dh;    // [kFlashKeyBlock] one block's scores, then p
+  for (int i = 0; i < n; i++) {
+    const int pos = p0 + i;
+    for (int h = 0; h < G; h++) {
+      const float* qr = q + (size_t)i * ldq + (size_t)h * Dh;
+      for (int d = 0; d < Dh; d++) {
+        qh[d] = h2f(f2h(qr[d]));
+        o[d] = 0.0f;
+      }
+      float m = -INFINITY, l = 0.0f;
+      for (int k0 = 0; k0 <= pos; k0 += kFlashKeyBlock) {
+        const int nk = std::min(kFlashKeyBlock, pos + 1 - k0);
+        float mb = m;
+        for (int j = 0; j < nk; j++) {
+          const uint16_t* kj = k + (size_t)(k0 + j) * Dh;
+          float acc = 0.0f;
+          for (int d = 0; d < Dh; d++) acc = std::fma(qh[d], h2f(kj[d]), acc);
+          s[j] = acc * scale;
+          mb = std::fmax(mb, s[j]);
+        }
+        const float a = std::exp(m - mb);  // 0 at the first block (m = -inf)
+        float sum = 0.0f;
+        for (int j = 0; j < nk; j++) sum += (s[j] = std::exp(s[j] - mb));
+        l = l * a + sum;
+        for (int d = 0; d < Dh; d++) {
+          float od = o[d] * a;
+          for (int j = 0; j < nk; j++) od = std::fma(s[j], h2f(v[(size_t)(k0 + j) * Dh + d]), od);
+          o[d] = od;
+        }
+        m = mb;
+      }
+      float* orow = out + (size_t)i * ldo + (size_t)h * Dh;
+      const float inv = 1.0f / l;
+      for (int d = 0; d < Dh; d++) orow[d] = o[d] * inv;
+    }
+  }
+}
+
+size_t flash_attention_scratch_floats(int, int Dh, int) { return 2 * (size_t)Dh + kFlashKeyBlock; }
 
 }  // namespace ref
 }  // namespace kq

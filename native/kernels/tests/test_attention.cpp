@@ -9,7 +9,12 @@
 //  - avx2/ against ref/, bit for bit (both carry out llama.cpp's arithmetic, see ref/ops.cpp);
 //  - batch independence, bit for bit: a run computed at once equals each of its positions
 //    computed alone and the run cut in two at any point;
-//  - no reads past the keys [0, p0 + n) and no use of stale scratch (both are NaN-poisoned).
+//  - no reads past the keys [0, p0 + n) and no use of stale scratch (both are NaN-poisoned);
+//  - the flash kernels (ref-flash and the AVX-512 ones, see attention_kernels()) against the
+//    definition without the f16 rounding of the probabilities, computed in double, within a
+//    stated tolerance relative to B = sum_j p_j |v_j| (the output's scale): f32 kernels 1e-5 B,
+//    the bf16 one 2^-7 B + 1e-5 B (p and v each rounded to bf16, unit roundoff 2^-8: each product within 2^-7 of its
+//    value); and bit for bit batch independence for each, like the exact kernels.
 //
 // Dimension legend: n query positions from p0, G query heads per KV head, Dh head dim,
 // R = n * G query rows, N = p0 + n keys.
@@ -76,6 +81,7 @@ struct Attn {
   AttnScratchFn scratch_floats;
 };
 static Attn of(const KernelTable& kt) { return {kt.attention, kt.attention_scratch}; }
+static Attn of(const AttnKernel& k) { return {k.fn, k.scratch_floats}; }
 
 static void run_part(const Attn& a, const Inputs& in, int i0, int m, std::vector<float>& out) {
   std::vector<float> scratch(a.scratch_floats(m * in.G, in.Dh, in.p0 + i0 + m), NAN);
@@ -123,6 +129,73 @@ static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
       }
     }
   return out;
+}
+
+// The flash definition in double: full softmax over keys [0, p0 + i] of the f16-rounded query, no
+// rounding of the probabilities; bound[at] = sum_j p_j |v_j| for output `at`.
+static std::vector<double> exact_flash(const Inputs& in, std::vector<double>* bound) {
+  std::vector<double> out((size_t)in.n * in.ldq, 0.0);
+  bound->assign(out.size(), 0.0);
+  const double scale = 1.0 / std::sqrt((double)in.Dh);
+  for (int i = 0; i < in.n; i++)
+    for (int h = 0; h < in.G; h++) {
+      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
+      const int nk = in.p0 + i + 1;
+      std::vector<double> s(nk);
+      double mx = -INFINITY;
+      for (int j = 0; j < nk; j++) {
+        double d = 0;
+        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
+        s[j] = d * scale;
+        mx = std::fmax(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
+      for (int j = 0; j < nk; j++)
+        for (int e = 0; e < in.Dh; e++) {
+          const double ve = h2f(in.v[(size_t)j * in.Dh + e]);
+          out[at + e] += s[j] / sum * ve;
+          (*bound)[at + e] += s[j] / sum * std::fabs(ve);
+        }
+    }
+  return out;
+}
+
+// max over the outputs of |a - b| / bound (a NaN counts as infinite), and whether the gaps
+// between rows kept their fill
+static double max_rel_err(const Inputs& in, const std::vector<float>& a, const std::vector<double>& b,
+                          const std::vector<double>& bound, bool* gaps_ok) {
+  double e = 0;
+  *gaps_ok = true;
+  for (int i = 0; i < in.n; i++)
+    for (size_t x = 0; x < in.ldq; x++) {
+      const size_t at = (size_t)i * in.ldq + x;
+      if (x < (size_t)in.G * in.Dh) {
+        const double d = std::fabs((double)a[at] - b[at]) / std::fmax(bound[at], 1e-30);
+        e = std::isnan(d) ? INFINITY : std::fmax(e, d);
+      } else if (a[at] != -7.0f) {
+        *gaps_ok = false;
+      }
+    }
+  return e;
+}
+
+// The run at once equals each position alone and the run cut in two, bit for bit.
+static void check_batch_independence(const Attn& a, const char* name, const Inputs& in, const std::vector<float>& all,
+                                     const std::string& what) {
+  std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
+  for (int i = 0; i < in.n; i++) run_part(a, in, i, 1, alone);
+  CHECK(std::memcmp(alone.data(), all.data(), all.size() * 4) == 0, "%s %s: positions alone differ from the run", name,
+        what.c_str());
+  if (in.n > 1) {
+    const int cut = 1 + (int)(rng() % (unsigned)(in.n - 1));
+    std::vector<float> two((size_t)in.n * in.ldq, -7.0f);
+    run_part(a, in, 0, cut, two);
+    run_part(a, in, cut, in.n - cut, two);
+    CHECK(std::memcmp(two.data(), all.data(), all.size() * 4) == 0, "%s %s: run cut at %d differs", name, what.c_str(),
+          cut);
+  }
 }
 
 // max over the output rows of |a - b| beyond the slack (0 = within it; slack may be null), and
@@ -184,19 +257,38 @@ int main() {
     CHECK(std::memcmp(a.data(), r.data(), a.size() * 4) == 0, "avx2 %s: not bit-identical to ref (max diff %.3g)",
           what.c_str(), max_err(in, a, widen(r), nullptr, &gaps));
 
-    // each position alone, as a decode step would compute it
-    std::vector<float> alone((size_t)in.n * in.ldq, -7.0f);
-    for (int i = 0; i < in.n; i++) run_part(of(*fast), in, i, 1, alone);
-    CHECK(std::memcmp(alone.data(), a.data(), a.size() * 4) == 0, "avx2 %s: positions alone differ from the run", what.c_str());
-    // the run cut in two (prefill chunks end anywhere)
-    if (in.n > 1) {
-      const int cut = 1 + (int)(rng() % (unsigned)(in.n - 1));
-      std::vector<float> two((size_t)in.n * in.ldq, -7.0f);
-      run_part(of(*fast), in, 0, cut, two);
-      run_part(of(*fast), in, cut, in.n - cut, two);
-      CHECK(std::memcmp(two.data(), a.data(), a.size() * 4) == 0, "avx2 %s: run cut at %d differs", what.c_str(), cut);
+    // each position alone, as a decode step computes it, and the run cut in two (prefill chunks end anywhere)
+    check_batch_independence(of(*fast), "avx2", in, a, what);
+  }
+  // the flash kernels
+  std::vector<AttnKernel> flash;
+  for (const AttnKernel& k : attention_kernels())
+    if (k.flash) flash.push_back(k);
+  std::vector<double> worst_flash(flash.size(), 0.0);
+  for (const Case& c : cases) {
+    const Inputs in = make_inputs(c);
+    const std::string what = "Dh=" + std::to_string(c.Dh) + " G=" + std::to_string(c.G) + " p0=" +
+                             std::to_string(c.p0) + " n=" + std::to_string(c.n) + " qscale=" + std::to_string(c.qscale);
+    std::vector<double> bound;
+    const std::vector<double> want = exact_flash(in, &bound);
+    for (size_t f = 0; f < flash.size(); f++) {
+      const bool bf16 = std::strstr(flash[f].name, "bf16") != nullptr;
+      // heads other than 64 and 128 go to the exact AVX2 kernel (f16 probabilities: 2^-11 B)
+      const bool exact_fallback = std::strncmp(flash[f].name, "avx512", 6) == 0 && c.Dh != 64 && c.Dh != 128;
+      const double tol = (bf16 && !exact_fallback ? std::ldexp(1.0, -7) : 0.0) + (exact_fallback ? std::ldexp(1.0, -10) : 0.0) + 1e-5;
+      bool gaps;
+      const std::vector<float> a = run_all(of(flash[f]), in);
+      const double e = max_rel_err(in, a, want, bound, &gaps);
+      worst_flash[f] = std::fmax(worst_flash[f], exact_fallback ? 0.0 : e);
+      CHECK(e <= tol && gaps, "%s vs exact %s: max err %.3g B (tolerance %.3g B; gaps %s)", flash[f].name, what.c_str(), e,
+            tol, gaps ? "ok" : "written");
+      check_batch_independence(of(flash[f]), flash[f].name, in, a, what);
     }
   }
+  for (size_t f = 0; f < flash.size(); f++)
+    std::printf("%s: max |out - exact| = %.3g B over %zu cases (B = sum_j p_j |v_j|)\n", flash[f].name, worst_flash[f],
+                cases.size());
+
   // the reference is row by row, so it is batch independent by construction; check it once anyway
   {
     const Inputs in = make_inputs({64, 3, 70, 20, 1.0f});
