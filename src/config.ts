@@ -22,7 +22,7 @@ export const DEFAULTS = {
   model: "smollm2-135m",
   n_ctx: 4096,
   n_slots: 4,
-  cache_ram_mib: 0,
+  cache_ram_mib: 8192,
   /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
   body_limit_mib: 8,
 } as const;

@@ -158,11 +158,12 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     waiting_.pop_front();
     const auto now = Clock::now();
     const auto& prompt = s->req.prompt;
-    if (!s->req.grammar.empty()) {
-      // Compiled here, on the scheduler thread, so a bad grammar is an Error event for this
-      // request alone (never an exception on the caller's thread).
+    if (s->req.compiled_grammar || !s->req.grammar.empty()) {
+      // A grammar the caller did not compile is compiled here, so a bad one is an Error event
+      // for this request alone (never an exception on the caller's thread).
       try {
-        s->grammar = std::make_unique<GrammarConstraint>(Grammar::parse(s->req.grammar), trie());
+        auto g = s->req.compiled_grammar ? s->req.compiled_grammar : Grammar::parse(s->req.grammar);
+        s->grammar = std::make_unique<GrammarConstraint>(std::move(g), trie());
       } catch (const std::exception& e) {
         EngineEvent ev;
         ev.kind = EngineEvent::Error;

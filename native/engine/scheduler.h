@@ -33,6 +33,9 @@ struct EngineRequest {
   // GBNF-style grammar (grammar.h) the output must match; empty = unconstrained. A grammar that
   // does not compile ends the request with an Error event.
   std::string grammar;
+  // `grammar` already compiled by the caller, so a large one costs its own thread and not a
+  // step of every running sequence; null = compiled at admission.
+  std::shared_ptr<const Grammar> compiled_grammar;
   // State point: prompt[0, state_point) is what a new conversation of the same client would share
   // (its system prompt and tools). Saved to the host cache once prefilled, so a new session
   // restores it even while this slot serves someone else. 0 = none.

@@ -125,9 +125,10 @@ class WorkerEngine implements ManagedEngine {
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
     const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512 };
     if ((opts.cache_ram_mib ?? 0) > 0) {
-      this.ownedCachePath = opts.cache_path === undefined ? newCachePath() : null;
+      this.ownedCachePath = opts.cache_path === undefined ? newCachePath(opts.cache_ram_mib! * 1024 * 1024) : null;
       load.cache_ram_mib = opts.cache_ram_mib;
-      load.cache_path = opts.cache_path ?? this.ownedCachePath!;
+      const path = opts.cache_path ?? this.ownedCachePath;
+      if (path !== null) load.cache_path = path;
       load.cache_namespace = cacheNamespace(opts.model_path);
     }
     this.worker = new WorkerClient(load, {

@@ -1,7 +1,7 @@
 // The JS side of the host prompt cache (native/engine/prompt_cache.h): where its file lives, the
 // namespace that says what its states are valid for, and the state point of a chat prompt.
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, fstatSync, openSync, readdirSync, readSync, realpathSync, unlinkSync, accessSync, constants } from "node:fs";
+import { closeSync, existsSync, fstatSync, openSync, readdirSync, readSync, realpathSync, statfsSync, unlinkSync, accessSync, constants } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { renderChatPrompt } from "../chat/template.js";
@@ -39,25 +39,43 @@ export function cacheNamespace(model_path: string): string {
   return h.digest("hex");
 }
 
-function cacheDir(): string {
-  // Shared memory when the OS has it: the file is page cache either way, but tmpfs never writes
-  // it back to a disk.
-  try {
-    accessSync("/dev/shm", constants.W_OK);
-    return "/dev/shm";
-  } catch {
-    return tmpdir();
+/**
+ * Shared memory when the OS has room for the whole cap there (the file is page cache either way,
+ * but tmpfs never writes it back to a disk), else the OS temp dir. A mapped file whose filesystem
+ * fills up kills the process on the next page it touches (SIGBUS), so a directory without room
+ * for the cap is never used; null = none has it (the cache stays in the worker's own memory).
+ */
+function cacheDir(cap_bytes: number): string | null {
+  for (const dir of ["/dev/shm", tmpdir()]) {
+    try {
+      accessSync(dir, constants.W_OK);
+      const fs = statfsSync(dir);
+      if (fs.bavail * fs.bsize >= cap_bytes) return dir;
+    } catch {
+      // not there or not writable: the next one
+    }
   }
+  return null;
 }
 
 let instances = 0;
 
 /**
- * A fresh file path for this server's cache. Files that servers no longer running left behind
- * (a process killed before it could remove its own) are removed first.
+ * A fresh file path for this server's cache of cap_bytes, or null when no directory has room
+ * for it. Files that servers no longer running left behind (a process killed before it could
+ * remove its own) are removed first.
  */
-export function newCachePath(): string {
-  const dir = cacheDir();
+export function newCachePath(cap_bytes: number): string | null {
+  for (const dir of new Set(["/dev/shm", tmpdir()])) removeStale(dir);
+  const dir = cacheDir(cap_bytes);
+  if (dir === null) {
+    process.stderr.write(`mashbox: no shared-memory or temp directory has room for --cache-ram; the prompt cache will not survive a worker restart\n`);
+    return null;
+  }
+  return join(dir, `${FILE_PREFIX}${process.pid}-${++instances}`);
+}
+
+function removeStale(dir: string): void {
   try {
     for (const name of readdirSync(dir)) {
       const m = name.startsWith(FILE_PREFIX) ? /^(\d+)-/.exec(name.slice(FILE_PREFIX.length)) : null;
@@ -73,7 +91,6 @@ export function newCachePath(): string {
   } catch {
     // an unreadable directory only means nothing is cleaned
   }
-  return join(dir, `${FILE_PREFIX}${process.pid}-${++instances}`);
 }
 
 function pidAlive(pid: number): boolean {

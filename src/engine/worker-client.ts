@@ -10,7 +10,7 @@ import { dirname, join } from "node:path";
 import { ApiError } from "../errors.js";
 import type { NativeEvent, NativeLoadOptions, NativeModelInfo, NativeStats } from "./native.js";
 import type { FromWorker, ToWorker, WorkerReject } from "./worker.js";
-import { NOT_READY_RETRY_AFTER_S } from "./readiness.js";
+import { notReadyError } from "./readiness.js";
 
 /** Worker deaths in a row before giving up. */
 export const MAX_FAILED_RESTARTS = 3;
@@ -104,6 +104,7 @@ export class WorkerClient {
         this.clearHealthyTimer();
         this.healthyTimer = setTimeout(() => (this.failedInARow = 0), HEALTHY_AFTER_MS);
         this.healthyTimer.unref();
+        this.on.stats(m.stats);
         this.on.ready(m.info);
         break;
       case "load_error":
@@ -139,7 +140,7 @@ export class WorkerClient {
     if (child !== this.child) return;
     this.child = null;
     this.clearHealthyTimer();
-    for (const r of this.replies.values()) r.reject(new ApiError("loading", "The model's worker is restarting.", { retry_after: NOT_READY_RETRY_AFTER_S }));
+    for (const r of this.replies.values()) r.reject(notReadyError("restarting"));
     this.replies.clear();
     if (this.closing) return;
     const cause = this.cause ?? `the model's worker exited (${signal ?? `code ${code}`})`;

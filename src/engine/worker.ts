@@ -45,7 +45,7 @@ export interface WorkerReject {
 }
 
 export type FromWorker =
-  | { t: "ready"; info: import("./native.js").NativeModelInfo; pid: number }
+  | { t: "ready"; info: import("./native.js").NativeModelInfo; pid: number; stats: import("./native.js").NativeStats }
   | { t: "load_error"; message: string }
   | { t: "reply"; rid: number; ok: boolean; value?: unknown; message?: string }
   | { t: "events"; evs: (NativeEvent | WorkerReject)[]; stats: import("./native.js").NativeStats }
@@ -113,9 +113,8 @@ function main(): void {
           })
           .then((loaded) => {
             info = loaded;
-            send({ t: "ready", info: loaded, pid: process.pid });
-            // What a restarted worker found in the host cache shows before its first request.
-            send({ t: "stats", stats: engine!.stats() });
+            // Stats with it: what a restarted worker found in the host cache shows at once.
+            send({ t: "ready", info: loaded, pid: process.pid, stats: engine!.stats() });
           })
           .catch((e: Error) => send({ t: "load_error", message: e.message }));
         break;

@@ -87,6 +87,19 @@ const responsesTools: OpenAI.Responses.Tool[] = [
 const ALL = ["get_weather", "search"];
 const user = "What is the weather in Paris this week? Also look up the news.";
 
+/** Chat Completions with tool_choice "required" over openaiTools. */
+function requiredCall(openai: OpenAI, over: { temperature: number; seed?: number; content?: string; max_tokens?: number }) {
+  return openai.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: over.content ?? user }],
+    tools: openaiTools,
+    tool_choice: "required",
+    max_tokens: over.max_tokens ?? MAX_TOKENS,
+    temperature: over.temperature,
+    ...(over.seed !== undefined ? { seed: over.seed } : {}),
+  });
+}
+
 describe("forced tool choice: grammar-constrained calls through the SDKs (fixture model)", function () {
   this.timeout(300_000);
   let server: TestServer;
@@ -107,15 +120,7 @@ describe("forced tool choice: grammar-constrained calls through the SDKs (fixtur
     for (const temperature of [0, 1]) {
       it(`tool_choice "required" (temperature ${temperature}): one valid call to an offered tool`, async () => {
         for (const seed of temperature === 0 ? [1] : [1, 2, 3]) {
-          const r = await openai.chat.completions.create({
-            model: MODEL,
-            messages: [{ role: "user", content: user }],
-            tools: openaiTools,
-            tool_choice: "required",
-            max_tokens: MAX_TOKENS,
-            temperature,
-            seed,
-          });
+          const r = await requiredCall(openai, { temperature, seed });
           const choice = r.choices[0];
           expect(choice.finish_reason, JSON.stringify(choice)).to.equal("tool_calls");
           expect(choice.message.content ?? "").to.equal("");
@@ -304,15 +309,7 @@ describe("forced tool choice on a 151936-token vocabulary (qwen3 fixture)", func
 
   it('"required" at temperature 0 and 1: one valid call', async () => {
     for (const temperature of [0, 1]) {
-      const r = await openai.chat.completions.create({
-        model: MODEL,
-        messages: [{ role: "user", content: user }],
-        tools: openaiTools,
-        tool_choice: "required",
-        max_tokens: MAX_TOKENS,
-        temperature,
-        seed: 9,
-      });
+      const r = await requiredCall(openai, { temperature, seed: 9 });
       expect(r.choices[0].finish_reason).to.equal("tool_calls");
       expect(r.choices[0].message.tool_calls).to.have.length(1);
       const call = r.choices[0].message.tool_calls![0] as OpenAI.Chat.Completions.ChatCompletionMessageFunctionToolCall;
@@ -352,14 +349,7 @@ describe("forced tool choice on the default model (SmolLM2-135M-Instruct)", func
   });
 
   it('"required" with schemas: a valid call, well within the budget', async () => {
-    const r = await openai.chat.completions.create({
-      model: MODEL,
-      messages: [{ role: "user", content: "What is the weather in Paris for the next 3 days, in celsius?" }],
-      tools: openaiTools,
-      tool_choice: "required",
-      max_tokens: 200,
-      temperature: 0,
-    });
+    const r = await requiredCall(openai, { temperature: 0, content: "What is the weather in Paris for the next 3 days, in celsius?", max_tokens: 200 });
     expect(r.choices[0].finish_reason).to.equal("tool_calls");
     const call = r.choices[0].message.tool_calls![0] as OpenAI.Chat.Completions.ChatCompletionMessageFunctionToolCall;
     expectValidCall(call.function.name, call.function.arguments, ALL);

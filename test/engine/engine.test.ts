@@ -5,7 +5,7 @@
 import { expect } from "chai";
 import { existsSync } from "node:fs";
 import { setMaxListeners } from "node:events";
-import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
+import { createEngine, type EngineOptions, type ManagedEngine } from "../../src/engine/engine.js";
 import type { GenerationEvent, GenerationRequest } from "../../src/engine/types.js";
 import { ApiError } from "../../src/errors.js";
 import { literalGrammar } from "../helpers/script.js";
@@ -36,6 +36,11 @@ async function collect(it: AsyncIterable<GenerationEvent>, onEvent?: (e: Generat
   const done = events.find((e) => e.type === "done") as Extract<GenerationEvent, { type: "done" }> | undefined;
   const error = events.find((e) => e.type === "error") as Extract<GenerationEvent, { type: "error" }> | undefined;
   return { events, text, done, error };
+}
+
+/** An engine on the test model with one slot and one thread, in a worker of its own. */
+function oneSlotEngine(over: Partial<EngineOptions> = {}): ManagedEngine {
+  return createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1, ...over });
 }
 
 async function until(cond: () => boolean, ms = 20000): Promise<void> {
@@ -237,7 +242,7 @@ describe("engine worker crash", function () {
   let engine: ManagedEngine;
   // A fresh engine per test: each counts its own restarts.
   beforeEach(async () => {
-    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1 });
+    engine = oneSlotEngine();
     await engine.ready();
   });
   afterEach(async () => engine?.close());
@@ -304,7 +309,7 @@ describe("engine worker that keeps dying", function () {
   this.timeout(120000);
   it("gives up after three deaths in a row: state failed, on_fatal told the cause", async () => {
     let fatal: string | null = null;
-    const engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 256, n_slots: 1, n_threads: 1, on_fatal: (cause) => (fatal = cause) });
+    const engine = oneSlotEngine({ n_ctx: 256, on_fatal: (cause) => (fatal = cause) });
     try {
       await engine.ready();
       for (let i = 0; i < 3; i++) {
@@ -326,7 +331,7 @@ describe("engine: forced tool schemas it cannot use", function () {
   this.timeout(120000);
   let engine: ManagedEngine;
   before(async () => {
-    engine = createEngine({ model_path: MODEL, model_id: "test", n_ctx: 4096, n_slots: 1, n_threads: 1 });
+    engine = oneSlotEngine();
     await engine.ready();
   });
   after(async () => engine?.close());
@@ -371,6 +376,12 @@ describe("engine: forced tool schemas it cannot use", function () {
     // The engine still serves.
     const ok = await collect(engine.submit(textReq("hi", { max_tokens: 2 })));
     expect(ok.done!.finish_reason).to.equal("length");
+  });
+
+  it("refuses a grammar the native compiler cannot take before it is queued (a 400, not an engine error)", async () => {
+    const e = await firstError(engine.submit(textReq("x", { grammar: "root ::= root \"x\"" })));
+    expect(e.code).to.equal("invalid_request");
+    expect(e.message).to.match(/invalid grammar: .*left-recursive/);
   });
 
   it("answers a schema of 10,000 properties with a 400 over the grammar size budget (no stack overflow)", async () => {

@@ -81,7 +81,7 @@ describe("native addon", function () {
     expect(st.kv_tokens_total).to.equal(3 * 2048);
   });
 
-  it("constrains decoding to a grammar; a malformed one is an error event, not a crash", async () => {
+  it("constrains decoding to a grammar; a malformed one is refused at submit (compiled there), not a crash", async () => {
     const grammar = String.raw`root ::= "{\"ok\": " ( "true" | "false" ) ", \"n\": " [1-9] [0-9]{0,2} "}"`;
     const shape = /^\{"ok": (true|false), "n": [1-9][0-9]{0,2}\}$/;
     for (const [i, temperature] of [0, 1, 1.5].entries()) {
@@ -93,11 +93,11 @@ describe("native addon", function () {
       expect(done.finish).to.equal("stop");
       expect(done.completion_tokens).to.equal(evs.filter((e) => e.type === "token").length);
     }
-    const bad = await run(40, { grammar: 'root ::= "unterminated' });
-    expect(bad.map((e) => e.type)).to.deep.equal(["error"]);
-    expect((bad[0] as { message: string }).message).to.match(/^invalid grammar: grammar: line 1 col 10: unterminated string literal/);
-    const undef = await run(41, { grammar: "root ::= missing" });
-    expect((undef[0] as { message: string }).message).to.include("undefined rule 'missing'");
+    const sampling = { temperature: 0, top_k: 0, top_p: 1, min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 };
+    const submit = (grammar: string) => () => eng.submit({ id: 40, prompt: eng.tokenize("Hello", false, false), max_tokens: 8, sampling, grammar });
+    expect(submit('root ::= "unterminated')).to.throw(/^invalid grammar: grammar: line 1 col 10: unterminated string literal/);
+    expect(submit("root ::= missing")).to.throw(/undefined rule 'missing'/);
+    expect(submit("root ::= root \"x\"")).to.throw(/left-recursive/);
     // The engine goes on serving, constrained or not.
     const after = await run(42, {});
     expect((after.at(-1) as { finish: string }).finish).to.equal("length");
