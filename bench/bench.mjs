@@ -2,11 +2,13 @@
 // `npm run bench`: mashbox (the addon directly, no HTTP) vs node-llama-cpp (llama.cpp) on the
 // same GGUF and thread count, in one run: prefill tok/s (512-token prompt), single-stream decode
 // tok/s (128 tokens) and aggregate decode tok/s with 8 concurrent sequences. Also RSS after load
-// against file size + KV bytes. Then long-prompt prefill (4096, 8192, 16384 tokens by default,
-// one sequence, context sized to the prompt, 512-token batches on both sides), where attention,
-// quadratic in the prompt, dominates.
+// against file size + KV bytes. Then long prompts (2800, 11100 and 22000 tokens by default: the
+// sizes of coding agents' first requests; one sequence, context sized to the longest, 512-token
+// batches on both sides), where attention, quadratic in the prompt, dominates: prefill tok/s and
+// decode tok/s at that depth (LONG_DECODE tokens after the prompt), against the targets
+// (prefill >= 2.5x llama.cpp at ~2.8k tokens, >= 3x at ~11k; decode at depth not below it).
 //   MB_BENCH_MODEL=path  MB_BENCH_THREADS=n  MB_BENCH_SKIP_LLAMA=1  MB_BENCH_SKIP_MASHBOX=1  MB_BENCH_QUICK=1
-//   MB_BENCH_LONG=4096,8192,16384 (lengths; empty or 0 skips)   --long-only (only the long prefills)
+//   MB_BENCH_LONG=2800,11100,22000 (lengths; empty or 0 skips)   --long-only (only the long prompts)
 //   MB_BENCH_LLAMA_FA=auto|on|off  llama.cpp's flash attention for the long prefills (node-llama-cpp's
 //                                  default, auto, turns it on for CPU contexts)
 import { createRequire } from "node:module";
@@ -25,11 +27,14 @@ const DECODE_N = QUICK ? 32 : 128;
 const STREAMS = 8;
 const CTX = 1024; // per sequence, both engines (node-llama-cpp multiplies by sequences itself)
 const LONG_ONLY = process.argv.includes("--long-only");
-const LONG = (process.env.MB_BENCH_LONG ?? (QUICK ? "2048" : "4096,8192,16384"))
+const LONG = (process.env.MB_BENCH_LONG ?? (QUICK ? "2048" : "2800,11100,22000"))
   .split(",")
   .map(Number)
   .filter((n) => n > 0);
-const LONG_CTX = Math.max(0, ...LONG) + 64;
+const LONG_DECODE = QUICK ? 8 : 32; // tokens decoded after each long prompt
+const LONG_CTX = Math.max(0, ...LONG) + LONG_DECODE + 64;
+// prefill ratio targets against llama.cpp, by prompt length (issue: >= 2.5x at ~2.8k, >= 3x at ~11k)
+const longTarget = (n) => (n >= 8000 ? 3 : n >= 2000 ? 2.5 : null);
 const LLAMA_FA = { on: true, off: false }[process.env.MB_BENCH_LLAMA_FA ?? "auto"] ?? "auto";
 
 const mib = (b) => (b / 1048576).toFixed(1);
@@ -101,24 +106,31 @@ async function benchMashboxLong() {
   if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
   const addon = createRequire(import.meta.url)(addonPath);
   const waiters = new Map();
+  const tokenTimes = new Map(); // id -> times of its tokens
   const engine = new addon.Engine();
   await engine.load({ model_path: MODEL, n_ctx: LONG_CTX, n_slots: 1, n_threads: THREADS, max_batch: 512 }, (evs) => {
-    for (const e of evs) if (e.type === "done" || e.type === "error") waiters.get(e.id)?.(e);
+    for (const e of evs) {
+      if (e.type === "token") tokenTimes.get(e.id)?.push(performance.now());
+      if (e.type === "done" || e.type === "error") waiters.get(e.id)?.(e);
+    }
   });
   let nextId = 1;
-  const run = (prompt) => {
+  const run = (prompt, max_tokens = 1) => {
     const id = nextId++;
-    const p = new Promise((res) => waiters.set(id, res));
-    engine.submit({ id, prompt, max_tokens: 1, sampling: { temperature: 0 } });
+    const times = [];
+    tokenTimes.set(id, times);
+    const p = new Promise((res) => waiters.set(id, (done) => res({ done, times })));
+    engine.submit({ id, prompt, max_tokens, sampling: { temperature: 0 } });
     return p;
   };
   await run(Array.from(engine.tokenize(promptText(100), false, false)).slice(0, 64)); // page in the weights
   const out = [];
   for (const [k, n] of LONG.entries()) {
-    const done = await run(Array.from(engine.tokenize(longText(200 + k, n), false, false)).slice(0, n));
+    const { done, times } = await run(Array.from(engine.tokenize(longText(200 + k, n), false, false)).slice(0, n), LONG_DECODE + 1);
     if (done.type === "error") throw new Error(`mashbox long prefill ${n}: ${done.message}`);
-    out.push({ n, s: done.prompt_ms / 1000, rate: rate(n, done.prompt_ms) });
-    console.log(`  mashbox   prefill ${n}: ${(done.prompt_ms / 1000).toFixed(1)} s, ${rate(n, done.prompt_ms).toFixed(1)} tok/s`);
+    const decode = times.length > 1 ? rate(times.length - 1, times[times.length - 1] - times[0]) : 0;
+    out.push({ n, s: done.prompt_ms / 1000, rate: rate(n, done.prompt_ms), decode });
+    console.log(`  mashbox   prefill ${n}: ${(done.prompt_ms / 1000).toFixed(1)} s, ${rate(n, done.prompt_ms).toFixed(1)} tok/s; decode there ${decode.toFixed(1)} tok/s`);
   }
   engine.close();
   return out;
@@ -138,8 +150,16 @@ async function benchLlamaLong() {
     const t = performance.now();
     await seq.evaluateWithoutGeneratingNewTokens(toks);
     const ms = performance.now() - t;
-    out.push({ n, s: ms / 1000, rate: rate(n, ms) });
-    console.log(`  llama.cpp prefill ${n}: ${(ms / 1000).toFixed(1)} s, ${rate(n, ms).toFixed(1)} tok/s (flash attention ${LLAMA_FA})`);
+    // decode at that depth: feed the prompt's last token again and generate after it
+    let got = 0;
+    let tFirst = 0;
+    for await (const _tok of seq.evaluate(toks.slice(-1), { temperature: 0 })) {
+      if (++got === 1) tFirst = performance.now();
+      if (got > LONG_DECODE) break;
+    }
+    const decode = got > 1 ? rate(got - 1, performance.now() - tFirst) : 0;
+    out.push({ n, s: ms / 1000, rate: rate(n, ms), decode });
+    console.log(`  llama.cpp prefill ${n}: ${(ms / 1000).toFixed(1)} s, ${rate(n, ms).toFixed(1)} tok/s; decode there ${decode.toFixed(1)} tok/s (flash attention ${LLAMA_FA})`);
   }
   await ctx.dispose();
   await model.dispose();
@@ -212,16 +232,19 @@ if (!LONG_ONLY) {
   }
 }
 if (LONG.length > 0) {
-  console.log(`long prefill: ${LONG.join(", ")} tokens, one sequence, ctx ${LONG_CTX}, batch 512, threads ${THREADS}`);
+  console.log(`long prompts: ${LONG.join(", ")} tokens, one sequence, ctx ${LONG_CTX}, batch 512, threads ${THREADS}, then ${LONG_DECODE} decoded tokens`);
   const mbl = skipMashbox ? null : await benchMashboxLong();
   const lll = skipLlama ? null : await benchLlamaLong();
   for (const [k, n] of LONG.entries()) {
     const a = mbl?.[k];
     const b = lll?.[k];
+    const target = longTarget(n);
     console.log(
-      `long ${String(n).padStart(6)}  mashbox ${a ? `${a.rate.toFixed(1)} tok/s (${a.s.toFixed(1)} s)` : "-"}` +
+      `long ${String(n).padStart(6)}  prefill mashbox ${a ? `${a.rate.toFixed(1)} tok/s (${a.s.toFixed(1)} s)` : "-"}` +
         ` | llama.cpp ${b ? `${b.rate.toFixed(1)} tok/s (${b.s.toFixed(1)} s)` : "-"}` +
-        (a && b ? ` | ratio ${(a.rate / b.rate).toFixed(2)}x` : ""),
+        (a && b ? ` | ratio ${(a.rate / b.rate).toFixed(2)}x${target ? ` (target >= ${target}x)` : ""}` : "") +
+        `  || decode at depth mashbox ${a ? a.decode.toFixed(1) : "-"} | llama.cpp ${b ? b.decode.toFixed(1) : "-"} tok/s` +
+        (a && b && b.decode > 0 ? ` | ratio ${(a.decode / b.decode).toFixed(2)}x` : ""),
     );
   }
 }
