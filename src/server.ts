@@ -125,7 +125,10 @@ export function createApp(opts: AppOptions): MashboxApp {
     notFound: () => {
       throw new ApiError("not_found");
     },
-    methodNotAllowed: () => {
+    methodNotAllowed: (_c: ApiContext, ctx: Koa.Context) => {
+      // Every path answers HEAD (the ready check); the rest is what the document lists.
+      const allowed = ["GET", "POST"].filter((m) => api.router.matchOperation({ method: m.toLowerCase(), path: ctx.path, headers: {} }));
+      ctx.set("Allow", [...allowed, "HEAD"].join(", "));
       throw new ApiError("method_not_allowed");
     },
   });

@@ -320,8 +320,10 @@ class WorkerEngine implements ManagedEngine {
     if (job.req.input.kind === "chat") {
       let n = 0;
       const base = job.req.id.replace(/[^A-Za-z0-9]/g, "").slice(-12) || "call";
+      const chat = job.req.input.chat;
       job.parser = new OutputParser({
-        tools: job.req.input.chat.tools,
+        // tool_choice "none": a <tool_call> the model writes anyway stays text.
+        tools: chat.tool_choice.type === "none" ? [] : chat.tools,
         starts_in_thinking: job.starts_in_thinking,
         new_call_id: () => `call_${base}_${n++}`,
       });
@@ -427,7 +429,8 @@ class WorkerEngine implements ManagedEngine {
         prompt_per_second: prompt_ms > 0 && prompt_n > 0 ? (prompt_n * 1000) / prompt_ms : null,
         predicted_n,
         predicted_ms,
-        predicted_per_second: predicted_ms > 0 && predicted_n > 0 ? (predicted_n * 1000) / predicted_ms : null,
+        // The first token ends the prompt phase; decode speed is the n - 1 tokens after it.
+        predicted_per_second: predicted_ms > 0 && predicted_n > 1 ? ((predicted_n - 1) * 1000) / predicted_ms : null,
         cache_n: job.cached_tokens,
         queue_ms: job.queue_ms,
       },

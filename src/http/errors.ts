@@ -11,8 +11,8 @@ export function dialectOf(path: string): ErrorDialect {
 /** Any thrown value as an ApiError (koa/http-errors keep their 4xx meaning; the rest is 500). */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  // decodeURIComponent on a path or parameter with bad percent-encoding (/v1/models/%ff).
-  if (err instanceof URIError) return new ApiError("invalid_request", "The request path is not valid percent-encoded UTF-8.");
+  // decodeURIComponent on a path with bad percent-encoding (/v1/models/%ff): it names nothing here.
+  if (err instanceof URIError) return new ApiError("not_found", "The request path is not valid percent-encoded UTF-8.");
   const status = (err as { status?: unknown })?.status;
   if (typeof status === "number" && status >= 400 && status < 500 && (err as { expose?: boolean }).expose !== false) {
     const message = (err as Error).message;
