@@ -14,7 +14,11 @@
   const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   // Raw HTML inside Markdown is shown as text: a message that says <img onerror=…> is about HTML,
   // it is not a request to render it.
-  marked.use({ gfm: true, breaks: true, renderer: { html: (token) => escapeHtml(token.text) } });
+  const shownHtml = (token) => {
+    const text = escapeHtml(token.text.replace(/\n+$/, ""));
+    return token.block ? `<p>${text.replace(/\n/g, "<br>")}</p>\n` : text;
+  };
+  marked.use({ gfm: true, breaks: true, renderer: { html: shownHtml } });
   DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     if (node.tagName === "A") {
       node.setAttribute("target", "_blank");

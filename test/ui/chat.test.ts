@@ -93,7 +93,8 @@ describe("MASHBOX Chat (--ui) in headless Chromium", function () {
     const executablePath = chromiumPath();
     [s, browser] = await Promise.all([
       startTestServer({ ui: true, slots: 1, ctx: 2048 }),
-      chromium.launch({ executablePath, args: ["--no-sandbox"] }),
+      // Containers run as root (no sandbox) with a small /dev/shm.
+      chromium.launch({ executablePath, args: ["--no-sandbox", "--disable-dev-shm-usage"] }),
     ]);
     h = await openPage(browser, s);
   });
@@ -213,10 +214,13 @@ describe("MASHBOX Chat (--ui) in headless Chromium", function () {
   it("keeps <img onerror> and <script> inert text, in a message and in an answer", async () => {
     const { page } = h;
     const evil = `<img src=x onerror="window.__pwned='img';alert(1)"> and <script>window.__pwned='script';alert(2)</script>`;
-    await send(h, `Is this safe? ${evil}`, `Echo: ${evil}`);
+    // Inline in a paragraph, and as blocks of their own (Markdown's two kinds of raw HTML).
+    const block = `<script>window.__pwned='block';alert(3)</script>\n\n<img src=x onerror="alert(4)">`;
+    await send(h, `Is this safe? ${evil}`, `Echo: ${evil}\n\n${block}`);
     await settled(page);
     expect(await page.locator("#log .msg.user").last().innerText()).to.include(`<img src=x onerror="window.__pwned='img';alert(1)">`);
     expect(await lastAnswer(page).innerText()).to.include("<script>window.__pwned='script';alert(2)</script>");
+    expect(await lastAnswer(page).innerText()).to.include("<script>window.__pwned='block';alert(3)</script>").and.include(`<img src=x onerror="alert(4)">`);
     expect(await page.locator("#log img, #log script").count()).to.equal(0);
     expect(await page.evaluate(() => (window as any).__pwned)).to.equal(undefined);
   });
