@@ -325,6 +325,13 @@ describe("MASHBOX Chat (--ui) in headless Chromium", function () {
       await h.page.screenshot({ path: join(ARTIFACTS, "chat-desktop.png") });
       console.log(`      screenshots: ${shot}, ${join(ARTIFACTS, "chat-desktop.png")}`);
       expect(existsSync(shot)).to.equal(true);
+      // The conversation list is a drawer at this width.
+      const list = page.locator("#convs");
+      expect(await list.isVisible()).to.equal(false);
+      await page.getByRole("button", { name: "Chats" }).click();
+      await page.locator("#convs .open").waitFor({ state: "visible" });
+      await page.locator("#convs .open").click();
+      await list.waitFor({ state: "hidden" });
       expect(phone.problems).to.deep.equal([]);
     } finally {
       await phone.context.close();
