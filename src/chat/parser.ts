@@ -293,6 +293,11 @@ export class OutputParser {
     this.think_allowed = !opts.starts_in_thinking;
   }
 
+  /** Inside a think block now. */
+  get in_thinking(): boolean {
+    return this.mode === "thinking";
+  }
+
   /** Calls emitted so far (a generation that made any ends with finish_reason "tool_calls"). */
   get tool_calls(): number {
     return this.calls;

@@ -82,6 +82,10 @@ interface Job {
   literal: number[];
   parser: OutputParser | null;
   stops: StopMatcher;
+  /** Raw text of the native request now running (a thinking budget resubmits it as prompt). */
+  generated: string;
+  /** Text after prompt_text that the running native request was given: thinking cut at its budget. */
+  continued: string;
   prompt_tokens: number;
   cached_tokens: number;
   completion_tokens: number;
@@ -259,6 +263,8 @@ class WorkerEngine implements ManagedEngine {
       literal: [],
       parser: null,
       stops: new StopMatcher(req.stop),
+      generated: "",
+      continued: "",
       prompt_tokens: 0,
       cached_tokens: 0,
       completion_tokens: 0,
@@ -317,6 +323,8 @@ class WorkerEngine implements ManagedEngine {
     job.reasoning_tokens = 0;
     job.t_first = null;
     job.parser = null;
+    job.generated = "";
+    job.continued = "";
     if (job.req.input.kind === "chat") {
       let n = 0;
       const base = job.req.id.replace(/[^A-Za-z0-9]/g, "").slice(-12) || "call";
@@ -329,13 +337,17 @@ class WorkerEngine implements ManagedEngine {
       });
     }
     this.jobs.set(job.nid, job);
+    this.submitNative(job, job.prompt_text, job.req.max_tokens ?? -1, job.literal);
+  }
+
+  private submitNative(job: Job, text: string, max_tokens: number, literal: number[]): void {
     const s = job.req.sampling;
     const sub: WorkerSubmit = {
       id: job.nid,
-      text: job.prompt_text,
+      text,
       add_special: job.add_special,
       parse_special: true,
-      max_tokens: job.req.max_tokens ?? -1,
+      max_tokens,
       sampling: {
         temperature: s.temperature,
         top_k: s.top_k,
@@ -349,7 +361,7 @@ class WorkerEngine implements ManagedEngine {
       },
       ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
       ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
-      ...(job.literal.length > 0 ? { literal: job.literal } : {}),
+      ...(literal.length > 0 ? { literal } : {}),
     };
     this.worker.send({ t: "submit", req: sub });
   }
@@ -399,8 +411,32 @@ class WorkerEngine implements ManagedEngine {
     return false;
   }
 
+  /**
+   * thinking.budget_tokens reached: the think block is closed the way the template writes it and
+   * the answer continues. The native request is cancelled and sent again with its thinking and
+   * the closing tag after the prompt; the slot still holds those tokens, so that prefill is a few
+   * tokens, and the client sees one uninterrupted response.
+   */
+  private endThinking(job: Job): void {
+    const close = "\n</think>\n\n";
+    for (const e of job.parser!.push(close)) this.emit(job, e);
+    this.worker.send({ t: "cancel", id: job.nid });
+    this.jobs.delete(job.nid);
+    const at = job.prompt_text.length + job.continued.length;
+    // The model's own text stays plain text; only the closing tag may be a control token.
+    const literal = [...job.literal, at, at + job.generated.length];
+    job.continued += job.generated + close;
+    job.generated = "";
+    job.nid = this.nextNid++;
+    this.jobs.set(job.nid, job);
+    const max = job.req.max_tokens;
+    this.submitNative(job, job.prompt_text + job.continued, max === null ? -1 : Math.max(1, max - job.completion_tokens), literal);
+  }
+
   private finishJob(job: Job, reason: FinishReason, stop_sequence: string | null, native: Extract<NativeEvent, { type: "done" }> | null): void {
     if (job.finished) return;
+    // A request resubmitted past its thinking budget has timings of its own, not the native ones.
+    if (job.continued !== "") native = null;
     if (job.parser && reason !== "cancelled") for (const e of job.parser.finish()) this.emit(job, e);
     if (job.parser && job.parser.tool_calls > 0 && (reason === "stop" || reason === "stop_sequence")) reason = "tool_calls";
     job.finished = true;
@@ -452,6 +488,7 @@ class WorkerEngine implements ManagedEngine {
         return;
       case "start":
         job.waiting = false;
+        if (job.continued !== "") return; // the same request, past its thinking budget
         job.prompt_tokens = e.prompt_tokens;
         job.cached_tokens = e.cached_tokens;
         job.queue_ms = e.queue_ms;
@@ -466,7 +503,10 @@ class WorkerEngine implements ManagedEngine {
         if (job.t_first === null) job.t_first = now;
         job.t_last = now;
         job.completion_tokens++;
-        if (e.text.length > 0) this.release(job, e.text, false);
+        job.generated += e.text;
+        if (e.text.length > 0 && this.release(job, e.text, false)) return;
+        const budget = job.req.input.kind === "chat" ? job.req.input.chat.thinking_budget : undefined;
+        if (budget !== undefined && job.parser?.in_thinking && job.reasoning_tokens >= budget) this.endThinking(job);
         return;
       }
       case "done": {

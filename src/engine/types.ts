@@ -63,6 +63,8 @@ export interface ChatPrompt {
   tool_choice: ToolChoice;
   /** undefined = template default. */
   enable_thinking?: boolean;
+  /** Most tokens of thinking (Anthropic thinking.budget_tokens); then the think block is closed and the answer follows. */
+  thinking_budget?: number;
 }
 
 export interface GenerationRequest {

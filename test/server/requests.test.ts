@@ -47,6 +47,24 @@ describe("requests: tool_choice none, timings, failures in metrics", function ()
     expect(msg.stop_reason).to.not.equal("tool_use");
   });
 
+  it("Messages: thinking.budget_tokens closes the think block when reached, then the answer follows", async () => {
+    const thoughts = Array.from({ length: 40 }, (_, i) => `step${i}`).join(" ");
+    const script = `<think>${thoughts}</think>The answer.`;
+    const ask = (thinking: Record<string, unknown>) =>
+      postJson(server.url + "/v1/messages", { model: "m", max_tokens: 200, thinking, messages: [{ role: "user", content: "Think." }] }, scriptHeader(script)).then((r) => r.json());
+    const free = await ask({ type: "enabled", budget_tokens: 1024 });
+    expect(free.content.map((b: { type: string }) => b.type)).to.deep.equal(["thinking", "text"]);
+    expect(free.content[0].thinking).to.equal(thoughts);
+    const cut = await ask({ type: "enabled", budget_tokens: 6 });
+    expect(cut.content.map((b: { type: string }) => b.type)).to.deep.equal(["thinking", "text"]);
+    // About six tokens of thinking (a token is at most a word here), cut where the budget ran out.
+    const words = cut.content[0].thinking.trim().split(/\s+/);
+    expect(words.length).to.be.within(1, 6);
+    expect(thoughts.startsWith(cut.content[0].thinking.trim())).to.equal(true);
+    expect(cut.content[1].text.length).to.be.greaterThan(0);
+    expect(cut.usage.output_tokens).to.be.greaterThan(6);
+  });
+
   it("timings.predicted_per_second counts the n - 1 tokens after the first over predicted_ms", async () => {
     const r = await (await postJson(server.url + "/v1/chat/completions", { messages: [{ role: "user", content: "Count." }], max_tokens: 6 }, scriptHeader("one two three four five six seven"))).json();
     const t = r.timings;

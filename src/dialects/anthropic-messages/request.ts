@@ -179,7 +179,15 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
 
   const tools = toolSpecs(body.tools);
   const thinking = enableThinking(body);
-  return { system, turns, tools, tool_choice: toolChoice(body, tools), ...(thinking !== undefined ? { enable_thinking: thinking } : {}) };
+  const budget = thinking === true ? (body.thinking as { budget_tokens?: unknown }).budget_tokens : undefined;
+  return {
+    system,
+    turns,
+    tools,
+    tool_choice: toolChoice(body, tools),
+    ...(thinking !== undefined ? { enable_thinking: thinking } : {}),
+    ...(typeof budget === "number" && budget > 0 ? { thinking_budget: budget } : {}),
+  };
 }
 
 /** Messages request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
