@@ -87,6 +87,11 @@ const responsesTools: OpenAI.Responses.Tool[] = [
 const ALL = ["get_weather", "search"];
 const user = "What is the weather in Paris this week? Also look up the news.";
 
+/** Responses with the custom tool "shell" forced by name. */
+function forcedShell(openai: OpenAI, input: string, max_output_tokens: number, temperature: number) {
+  return openai.responses.create({ model: MODEL, input, tools: responsesTools, tool_choice: { type: "custom", name: "shell" }, max_output_tokens, temperature });
+}
+
 /** Chat Completions with tool_choice "required" over openaiTools. */
 function requiredCall(openai: OpenAI, over: { temperature: number; seed?: number; content?: string; max_tokens?: number }) {
   return openai.chat.completions.create({
@@ -273,14 +278,7 @@ describe("forced tool choice: grammar-constrained calls through the SDKs (fixtur
       // A random model has no reason ever to end a free string, so the budget may end the call:
       // the item must still be the one custom call, with string input.
       for (const temperature of [0, 1]) {
-        const r = await openai.responses.create({
-          model: MODEL,
-          input: "List the files.",
-          tools: responsesTools,
-          tool_choice: { type: "custom", name: "shell" },
-          max_output_tokens: 64,
-          temperature,
-        });
+        const r = await forcedShell(openai, "List the files.", 64, temperature);
         if (r.status === "incomplete") expect(r.incomplete_details?.reason).to.equal("max_output_tokens");
         else expect(r.status).to.equal("completed");
         expect(r.output.filter((i) => i.type !== "custom_tool_call"), JSON.stringify(r.output)).to.have.length(0);
@@ -333,14 +331,7 @@ describe("forced tool choice on the default model (SmolLM2-135M-Instruct)", func
   });
 
   it("a forced custom tool call completes: a trained model closes its free string input", async () => {
-    const r = await openai.responses.create({
-      model: MODEL,
-      input: "List the files in the current directory.",
-      tools: responsesTools,
-      tool_choice: { type: "custom", name: "shell" },
-      max_output_tokens: 200,
-      temperature: 0,
-    });
+    const r = await forcedShell(openai, "List the files in the current directory.", 200, 0);
     expect(r.status).to.equal("completed");
     const calls = r.output as OpenAI.Responses.ResponseCustomToolCall[];
     expect(calls.map((c) => c.type)).to.deep.equal(["custom_tool_call"]);
