@@ -107,25 +107,17 @@ inline void keys_transposed(const uint16_t* kh, int nk, float* kt) {
     }
 }
 
-// kr[j][d] = key k0 + j's dim d in f32 for j < nk, 0 for nk <= j < Bk
-template <int DH>
-inline void keys_f32(const uint16_t* kh, int nk, float* kr) {
-  for (int j = 0; j < Bk; j++)
-    for (int d = 0; d < DH; d += 16)
-      _mm512_store_ps(kr + (size_t)j * DH + d,
-                      j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kh + (size_t)j * DH + d)))
-                             : _mm512_setzero_ps());
-}
-
 // Per-row state of the call, shared by the phases.
 struct Call {
   const float* qt;  // [R][DH]
   float* o;         // [R][DH]
   float* m;         // [R]
   float* l;         // [R]
-  const float* kt;  // [DH][Bk] the block's keys transposed, or [Bk][DH] as they are (direct)
-  const void* vb;   // the block's values (f32 [Bk][DH] or bf16 pairs [Bk/2][DH])
+  const float* kt;  // [DH][Bk] the block's keys transposed (unless direct)
+  const void* vb;   // the block's values (f32 [Bk][DH] or bf16 pairs [Bk/2][DH]), unless direct
   float* pb;        // [RM][Bk] scores, then probabilities
+  const uint16_t* kh;  // the block's keys in the cache (direct: read as they are)
+  const uint16_t* vh;  // the block's values in the cache (direct: converted as they are used)
   int G, p0, k0, nk;
   float scale;
 };
@@ -172,31 +164,39 @@ inline void scores_transposed(const Call& c, int r0, int nkv) {
   }
 }
 
-// Keys as they are (few rows: a decode step), 8 dims of a key in the lanes; every 8 keys' sums
-// are folded together with shuffles. pb row x gets the raw sums for keys [0, nk8).
+// Keys as they are (few rows: a decode step), 8 dims of a key in the lanes, each 8 dims converted
+// once for all the rows; every 8 keys' sums are folded together with shuffles. pb row x gets the
+// raw sums for keys [0, nk8) (0 past the block's nk keys, which are never read).
 template <int RM, int DH>
 inline void scores_direct(const Call& c, int r0, int nk8) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-#pragma GCC unroll 1
-  for (int x = 0; x < RM; x++) {
-    __m256 qv[DH / 8];
-#pragma GCC unroll 16
-    for (int e = 0; e < DH / 8; e++) qv[e] = _mm256_load_ps(c.qt + (size_t)(r0 + x) * DH + 8 * e);
-    for (int j0 = 0; j0 < nk8; j0 += 8) {
-      __m256 acc[8];
+  const float* q = c.qt + (size_t)r0 * DH;
+  for (int j0 = 0; j0 < nk8; j0 += 8) {
+    __m256 acc[RM][8];
 #pragma GCC unroll 8
-      for (int kk = 0; kk < 8; kk++) {
-        const float* kr = c.kt + (size_t)(j0 + kk) * DH;
-        acc[kk] = _mm256_setzero_ps();
+    for (int x = 0; x < RM; x++)
+#pragma GCC unroll 8
+      for (int kk = 0; kk < 8; kk++) acc[x][kk] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int kk = 0; kk < 8; kk++) {
+      if (j0 + kk >= c.nk) break;
+      const uint16_t* kj = c.kh + (size_t)(j0 + kk) * DH;
 #pragma GCC unroll 16
-        for (int e = 0; e < DH / 8; e++) acc[kk] = _mm256_fmadd_ps(qv[e], _mm256_load_ps(kr + 8 * e), acc[kk]);
+      for (int e = 0; e < DH / 8; e++) {
+        const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(kj + 8 * e)));
+#pragma GCC unroll 8
+        for (int x = 0; x < RM; x++)
+          acc[x][kk] = _mm256_fmadd_ps(_mm256_load_ps(q + (size_t)x * DH + 8 * e), kv, acc[x][kk]);
       }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < RM; x++) {
       // lanes l + l+4 (t_l), two keys a vector; then t_l + t_l+2; then the two halves
       __m256 t[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; i++)
-        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[2 * i], acc[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(acc[2 * i], acc[2 * i + 1], 0x31));
+        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[x][2 * i], acc[x][2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(acc[x][2 * i], acc[x][2 * i + 1], 0x31));
       const __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], 0x44), _mm256_shuffle_ps(t[0], t[1], 0xEE));
       const __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], 0x44), _mm256_shuffle_ps(t[2], t[3], 0xEE));
       const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, 0x88), _mm256_shuffle_ps(u0, u1, 0xDD));
@@ -239,7 +239,7 @@ inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
 }
 
 // The f32 value product: o = o * a + sum_j p_j v_j, keys in order. vb is [Bk][DH] f32.
-template <int RM, int DH>
+template <int RM, int DH, bool DIRECT>
 inline void group_values_f32(const Call& c, int r0, int need, const float* alpha) {
   constexpr int NV = DH / 16;
   __m512 acc[RM][NV];
@@ -254,7 +254,9 @@ inline void group_values_f32(const Call& c, int r0, int need, const float* alpha
   for (int j = 0; j < need; j++) {
     __m512 vv[NV];
 #pragma GCC unroll 8
-    for (int y = 0; y < NV; y++) vv[y] = _mm512_load_ps(vb + (size_t)j * DH + 16 * y);
+    for (int y = 0; y < NV; y++)
+      vv[y] = DIRECT ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(c.vh + (size_t)j * DH + 16 * y)))
+                     : _mm512_load_ps(vb + (size_t)j * DH + 16 * y);
 #pragma GCC unroll 8
     for (int x = 0; x < RM; x++) {
       const __m512 p = _mm512_set1_ps(c.pb[(size_t)x * Bk + j]);
@@ -280,26 +282,28 @@ inline void values_f32(const uint16_t* vh, int nk, float* vb) {
 
 #if MB_FLASH_BF16
 // vb[u][d] = the bf16 pair (value 2u, value 2u + 1) of dim d, as one 32-bit unit; 0 past nk
-template <int DH>
-inline void values_bf16_pairs(const uint16_t* vh, int nk, uint32_t* vb) {
+// dims [d, d + 16) of values j and j + 1 as bf16 pairs (value j + 1 is 0 from nk on)
+inline __m512i value_pair(const uint16_t* vh, int DH, int nk, int j, int d) {
   const __m512i inter = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
                                           0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
                                           0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
-  for (int u = 0; u < Bk / 2; u++)
-    for (int d = 0; d < DH; d += 16) {
-      const int j = 2 * u;
-      const __m512 a = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)j * DH + d)))
+  const __m512 a = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)j * DH + d)))
+                          : _mm512_setzero_ps();
+  const __m512 b = j + 1 < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)(j + 1) * DH + d)))
                               : _mm512_setzero_ps();
-      const __m512 b = j + 1 < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)(j + 1) * DH + d)))
-                                  : _mm512_setzero_ps();
-      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // bf16 [a0..a15, b0..b15]
-      _mm512_store_si512((__m512i*)(vb + (size_t)u * DH + d), _mm512_permutexvar_epi16(inter, ab));
-    }
+  const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // bf16 [a0..a15, b0..b15]
+  return _mm512_permutexvar_epi16(inter, ab);
+}
+
+template <int DH>
+inline void values_bf16_pairs(const uint16_t* vh, int nk, uint32_t* vb) {
+  for (int u = 0; u < Bk / 2; u++)
+    for (int d = 0; d < DH; d += 16) _mm512_store_si512((__m512i*)(vb + (size_t)u * DH + d), value_pair(vh, DH, nk, 2 * u, d));
 }
 
 // The bf16 value product: o = o * a + sum_u (p_2u v_2u + p_2u+1 v_2u+1), key pairs in order, p
 // and v rounded to bf16, each pair's two products exact and added in f32 by vdpbf16ps.
-template <int RM, int DH>
+template <int RM, int DH, bool DIRECT>
 inline void group_values_bf16(const Call& c, int r0, int need, const float* alpha) {
   constexpr int NV = DH / 16;
   __m512 acc[RM][NV];
@@ -319,7 +323,9 @@ inline void group_values_bf16(const Call& c, int r0, int need, const float* alph
   for (int u = 0; u < (need + 1) / 2; u++) {
     __m512bh vv[NV];
 #pragma GCC unroll 8
-    for (int y = 0; y < NV; y++) vv[y] = (__m512bh)_mm512_load_si512((const __m512i*)(vb + (size_t)u * DH + 16 * y));
+    for (int y = 0; y < NV; y++)
+      vv[y] = (__m512bh)(DIRECT ? value_pair(c.vh, DH, c.nk, 2 * u, 16 * y)
+                                : _mm512_load_si512((const __m512i*)(vb + (size_t)u * DH + 16 * y)));
 #pragma GCC unroll 8
     for (int x = 0; x < RM; x++) {
       const __m512bh p = (__m512bh)_mm512_set1_epi32((int)pp[x][u]);
@@ -344,9 +350,11 @@ inline void group(const Call& c, int r0, bool direct) {
   float alpha[RM];
   softmax_rows<RM>(c, r0, nkv, alpha);
 #if MB_FLASH_BF16
-  group_values_bf16<RM, DH>(c, r0, need, alpha);
+  if (direct) group_values_bf16<RM, DH, true>(c, r0, need, alpha);
+  else group_values_bf16<RM, DH, false>(c, r0, need, alpha);
 #else
-  group_values_f32<RM, DH>(c, r0, need, alpha);
+  if (direct) group_values_f32<RM, DH, true>(c, r0, need, alpha);
+  else group_values_f32<RM, DH, false>(c, r0, need, alpha);
 #endif
 }
 
@@ -378,19 +386,22 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
-  Call c{qt, o, m, l, kt, vb, pb, G, p0, 0, 0, scale};
+  Call c{qt, o, m, l, kt, vb, pb, nullptr, nullptr, G, p0, 0, 0, scale};
   // one group of rows (a decode step): transposing each key block would cost more than the scores
   const bool direct = R <= RM;
   for (int k0 = 0; k0 < N; k0 += Bk) {
     c.k0 = k0;
     c.nk = std::min(Bk, N - k0);
-    if (direct) keys_f32<DH>(k + (size_t)k0 * DH, c.nk, kt);
-    else keys_transposed<DH>(k + (size_t)k0 * DH, c.nk, kt);
+    c.kh = k + (size_t)k0 * DH;
+    c.vh = v + (size_t)k0 * DH;
+    if (!direct) {
+      keys_transposed<DH>(c.kh, c.nk, kt);
 #if MB_FLASH_BF16
-    values_bf16_pairs<DH>(v + (size_t)k0 * DH, c.nk, (uint32_t*)vb);
+      values_bf16_pairs<DH>(c.vh, c.nk, (uint32_t*)vb);
 #else
-    values_f32<DH>(v + (size_t)k0 * DH, c.nk, vb);
+      values_f32<DH>(c.vh, c.nk, vb);
 #endif
+    }
     // rows whose position is before the block see none of it (rows are in position order)
     for (int r0 = std::max(0, k0 - p0) * G; r0 < R; r0 += RM) {
       switch (std::min(RM, R - r0)) {
