@@ -101,13 +101,14 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
 class TokenizeWorker : public Napi::AsyncWorker {
  public:
   TokenizeWorker(Napi::Env env, std::shared_ptr<const mb::Tokenizer> tok, std::string text, bool add_special,
-                 bool parse_special, std::vector<mb::Tokenizer::Span> literal)
+                 bool parse_special, std::vector<mb::Tokenizer::Span> literal, size_t limit)
       : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), tok_(std::move(tok)),
-        text_(std::move(text)), literal_(std::move(literal)), add_special_(add_special), parse_special_(parse_special) {}
+        text_(std::move(text)), literal_(std::move(literal)), limit_(limit), add_special_(add_special),
+        parse_special_(parse_special) {}
   Napi::Promise promise() { return deferred_.Promise(); }
   void Execute() override {
     try {
-      ids_ = tok_->encode(text_, add_special_, parse_special_, literal_);
+      ids_ = tok_->encode(text_, add_special_, parse_special_, literal_, limit_);
     } catch (const std::exception& e) {
       SetError(e.what());
     }
@@ -124,6 +125,7 @@ class TokenizeWorker : public Napi::AsyncWorker {
   std::shared_ptr<const mb::Tokenizer> tok_;
   std::string text_;
   std::vector<mb::Tokenizer::Span> literal_;
+  size_t limit_;
   bool add_special_, parse_special_;
   std::vector<int32_t> ids_;
 };
@@ -226,7 +228,6 @@ class Engine : public Napi::ObjectWrap<Engine> {
     auto control_tokens = Napi::Array::New(env, controls.size());
     for (size_t i = 0; i < controls.size(); i++) control_tokens.Set(uint32_t(i), t.token_text(controls[i]));
     o.Set("control_tokens", control_tokens);
-    o.Set("max_token_bytes", double(t.max_token_bytes()));
     o.Set("file_bytes", double(f.file_size()));
     o.Set("n_params", double(loaded_->n_params));
     // Bits per weight the way llama.cpp reports it: tensor bytes over parameter count.
@@ -251,7 +252,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     return arr;
   }
 
-  // tokenizeAsync(same arguments) -> Promise<Int32Array>, tokenized on a libuv pool thread.
+  // tokenizeAsync(same arguments, limit?) -> Promise<Int32Array>, tokenized on a libuv pool
+  // thread; with a limit, it may stop once that many tokens are out (Tokenizer::encode).
   Napi::Value TokenizeAsync(const Napi::CallbackInfo& info) {
     auto env = info.Env();
     if (!ready(env)) return env.Undefined();
@@ -259,7 +261,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     bool add_special = info.Length() > 1 && info[1].ToBoolean();
     bool parse_special = info.Length() > 2 && info[2].ToBoolean();
     auto literal = info.Length() > 3 ? literal_spans(info[3], text) : std::vector<mb::Tokenizer::Span>{};
-    auto* w = new TokenizeWorker(env, loaded_->tok, std::move(text), add_special, parse_special, std::move(literal));
+    size_t limit = info.Length() > 4 && info[4].IsNumber() ? size_t(std::max(0.0, info[4].As<Napi::Number>().DoubleValue())) : SIZE_MAX;
+    auto* w = new TokenizeWorker(env, loaded_->tok, std::move(text), add_special, parse_special, std::move(literal), limit);
     auto p = w->promise();
     w->Queue();
     return p;

@@ -77,11 +77,10 @@ class VocabTokenizer final : public Tokenizer {
   explicit VocabTokenizer(const GgufFile& f);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override {
-    return encode(text, add_special, parse_special, {});
+    return encode(text, add_special, parse_special, {}, SIZE_MAX);
   }
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
-                              const std::vector<Span>& literal) const override;
-  size_t max_token_bytes() const override { return max_token_bytes_; }
+                              const std::vector<Span>& literal, size_t limit) const override;
   std::vector<int32_t> control_ids() const override {
     std::vector<int32_t> ids;
     for (int32_t id : special_)
@@ -119,9 +118,9 @@ class VocabTokenizer final : public Tokenizer {
     return it == to_id_.end() ? -1 : it->second;
   }
   std::vector<Frag> partition(std::string_view text, bool parse_special, const std::vector<Span>& literal) const;
-  void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
+  void bpe_word(const std::string& word, std::vector<int32_t>& out, size_t limit) const;
   void bpe_merge(std::string_view word, std::vector<int32_t>& out) const;
-  void spm_fragment(std::string_view raw, bool prefix_space, std::vector<int32_t>& out) const;
+  void spm_fragment(std::string_view raw, bool prefix_space, std::vector<int32_t>& out, size_t limit) const;
   void spm_merge(std::string_view text, std::vector<int32_t>& out) const;
   int32_t spm_byte_token(uint8_t b) const;
   std::string compute_piece(int32_t id) const;
@@ -146,7 +145,6 @@ class VocabTokenizer final : public Tokenizer {
 
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
-  size_t max_token_bytes_ = 0;
 };
 
 VocabTokenizer::VocabTokenizer(const GgufFile& f) {
@@ -288,19 +286,6 @@ VocabTokenizer::VocabTokenizer(const GgufFile& f) {
 
   piece_.resize(n);
   for (size_t i = 0; i < n; ++i) piece_[i] = compute_piece(static_cast<int32_t>(i));
-
-  // Input bytes per token: a token's rendered piece is what it consumes (an SPM prefix space is
-  // added, not consumed). No bound when a token swallows whitespace (lstrip/rstrip) or a byte
-  // has no token (llama.cpp drops it).
-  bool bounded = true;
-  for (size_t i = 0; i < n; ++i) {
-    max_token_bytes_ = std::max(max_token_bytes_, std::max(piece_[i].size(), text_[i].size()));
-    if (attr_[i] & (kAttrLstrip | kAttrRstrip)) bounded = false;
-  }
-  if (kind_ == Kind::kBpe)
-    for (int b = 0; b < 256; ++b)
-      if (byte_char_id_[b] < 0) bounded = false;
-  if (!bounded) max_token_bytes_ = 0;
 }
 
 std::string VocabTokenizer::compute_piece(int32_t id) const {
@@ -397,7 +382,7 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
   return frags;
 }
 
-void VocabTokenizer::bpe_word(const std::string& word, std::vector<int32_t>& out) const {
+void VocabTokenizer::bpe_word(const std::string& word, std::vector<int32_t>& out, size_t limit) const {
   if (word.empty()) return;
   auto encoded = [&](uint32_t off, uint32_t n) {
     std::string s;
@@ -408,7 +393,7 @@ void VocabTokenizer::bpe_word(const std::string& word, std::vector<int32_t>& out
     int32_t whole = lookup(encoded(0, static_cast<uint32_t>(word.size())));
     if (whole >= 0) { out.push_back(whole); return; }
   }
-  for (size_t off = 0; off < word.size();) {
+  for (size_t off = 0; off < word.size() && out.size() < limit;) {
     size_t end = piece_end(word, off);
     bpe_merge(std::string_view(word).substr(off, end - off), out);
     off = end;
@@ -490,7 +475,7 @@ int32_t VocabTokenizer::spm_byte_token(uint8_t b) const {
   throw GgufError("tokenizer: no token for byte " + std::to_string(b));
 }
 
-void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::vector<int32_t>& out) const {
+void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::vector<int32_t>& out, size_t limit) const {
   std::string text;
   text.reserve(raw.size() * 2 + 3);
   if (prefix_space) text += "\xE2\x96\x81";
@@ -499,7 +484,7 @@ void VocabTokenizer::spm_fragment(std::string_view raw, bool prefix_space, std::
     else text += c;
   }
   const std::string_view sp = "\xE2\x96\x81";
-  for (size_t off = 0; off < text.size();) {
+  for (size_t off = 0; off < text.size() && out.size() < limit;) {
     size_t end = piece_end(text, off);
     if (end < text.size()) {
       // Cut before a space that follows a non-space: SentencePiece pieces never hold "x▁".
@@ -560,7 +545,7 @@ void VocabTokenizer::spm_merge(std::string_view text, std::vector<int32_t>& out)
 }
 
 std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_special, bool parse_special,
-                                            const std::vector<Span>& literal) const {
+                                            const std::vector<Span>& literal, size_t limit) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   std::vector<Span> lit;
@@ -582,15 +567,19 @@ std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_spec
   if (kind_ == Kind::kSpm) {
     bool prev_special = true;  // SentencePiece prefixes a space at the start and after specials
     for (const Frag& fr : frags) {
+      if (out.size() >= limit) return out;
       if (fr.tok >= 0) { out.push_back(fr.tok); prev_special = true; continue; }
-      spm_fragment(text.substr(fr.off, fr.len), add_space_prefix_ && prev_special, out);
+      spm_fragment(text.substr(fr.off, fr.len), add_space_prefix_ && prev_special, out, limit);
       prev_special = false;
     }
   } else {
     for (const Frag& fr : frags) {
+      if (out.size() >= limit) return out;
       if (fr.tok >= 0) { out.push_back(fr.tok); continue; }
-      for (const std::string& w : pretok::split_words(std::string(text.substr(fr.off, fr.len)), splits_))
-        bpe_word(w, out);
+      for (const std::string& w : pretok::split_words(std::string(text.substr(fr.off, fr.len)), splits_)) {
+        bpe_word(w, out, limit);
+        if (out.size() >= limit) return out;
+      }
     }
   }
   if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);

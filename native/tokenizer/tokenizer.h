@@ -1,6 +1,7 @@
 // Tokenizer built from the GGUF vocabulary (tokenizer.ggml.*). Token ids must equal llama.cpp's.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,14 +28,14 @@ class Tokenizer {
   // As above, and `literal` ranges stay plain text even with parse_special: what a user wrote
   // inside a rendered chat template, so that typing "<|im_end|>" cannot forge a turn boundary.
   // A control token's text that overlaps one is not matched; all else tokenizes as without them.
+  // Encoding may stop once `limit` tokens are out (a prompt that cannot fit the context need not
+  // be tokenized to the end): a result of `limit` or more tokens is then a prefix of the whole.
   // (This fallback, for tokenizers that do not implement it, parses no control tokens at all.)
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
-                                      const std::vector<Span>& literal) const {
+                                      const std::vector<Span>& literal, size_t limit = SIZE_MAX) const {
+    (void)limit;
     return encode(text, add_special, parse_special && literal.empty());
   }
-  // The most input bytes one token can stand for (the longest token), so that a text of B bytes
-  // is at least B / max_token_bytes() tokens; 0 when no such bound holds.
-  virtual size_t max_token_bytes() const { return 0; }
   // Tokens whose text becomes the token only with parse_special (control and unknown tokens):
   // the texts a chat prompt must keep users from typing into its structure.
   virtual std::vector<int32_t> control_ids() const { return {}; }

@@ -34,8 +34,6 @@ export interface NativeModelInfo {
   add_bos: boolean;
   /** Texts that become control tokens only with parse_special (what user text must not forge). */
   control_tokens: string[];
-  /** The most input bytes one token stands for (a prompt of B bytes is >= B / this tokens); 0 = unknown. */
-  max_token_bytes: number;
   file_bytes: number;
   n_params: number;
   bpw: number;
@@ -122,8 +120,11 @@ export interface NativeEngine {
   info(): NativeModelInfo;
   /** literal: [begin, end, ...] string indices that stay plain text even with parse_special. */
   tokenize(text: string, add_special: boolean, parse_special: boolean, literal?: number[]): Int32Array;
-  /** tokenize() on a libuv pool thread: a long text does not hold up the JS thread. */
-  tokenizeAsync(text: string, add_special: boolean, parse_special: boolean, literal?: number[]): Promise<Int32Array>;
+  /**
+   * tokenize() on a libuv pool thread: a long text does not hold up the JS thread. With a limit
+   * it may stop once that many tokens are out: a result that long is a prefix of the whole.
+   */
+  tokenizeAsync(text: string, add_special: boolean, parse_special: boolean, literal?: number[], limit?: number): Promise<Int32Array>;
   detokenize(ids: number[] | Int32Array, render_special?: boolean): string;
   submit(req: NativeRequest): void;
   cancel(id: number): void;

@@ -11,7 +11,7 @@
 // A forward pass that throws leaves every sequence of the batch (and the K/V cache) suspect, so
 // the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
 // after a crash, and the requests of the batch get the one retry they would get then.
-import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeModelInfo, type NativeSampling } from "./native.js";
+import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
 
 /** A submit: prompt text is tokenized here, saving a round trip per request. */
 export interface WorkerSubmit {
@@ -74,7 +74,6 @@ function main(): void {
   };
   let engine: NativeEngine | null = null;
   let n_ctx = 0;
-  let info: NativeModelInfo | null = null;
   /** Submits whose prompt is being tokenized (a cancel then drops them before the scheduler). */
   const tokenizing = new Set<number>();
   let active = 0;
@@ -112,7 +111,6 @@ function main(): void {
             send({ t: "events", evs, stats: engine!.stats() });
           })
           .then((loaded) => {
-            info = loaded;
             // Stats with it: what a restarted worker found in the host cache shows at once.
             send({ t: "ready", info: loaded, pid: process.pid, stats: engine!.stats() });
           })
@@ -131,29 +129,23 @@ function main(): void {
         const r = m.req;
         const reject = (code: WorkerReject["code"], message: string, prompt_tokens: number) =>
           send({ t: "events", evs: [{ type: "reject", id: r.id, code, message, prompt_tokens }], stats: engine!.stats() });
-        // Like llama-server: the prompt must leave room for at least one generated token. A text
-        // longer than n_ctx of the longest token cannot fit, so it is refused before tokenizing.
-        const bytes = Buffer.byteLength(r.text);
-        if (info!.max_token_bytes > 0 && bytes > (n_ctx - 1) * info!.max_token_bytes) {
-          const least = Math.ceil(bytes / info!.max_token_bytes);
-          reject("context_length_exceeded", `The prompt is at least ${least} tokens; the context window is ${n_ctx} tokens.`, least);
-          break;
-        }
         tokenizing.add(r.id);
         void (async () => {
           let prompt: Int32Array;
           let state_point: number;
           try {
-            prompt = await engine!.tokenizeAsync(r.text, r.add_special, r.parse_special, r.literal);
+            // Tokenizing stops at n_ctx tokens: a prompt that long is refused anyway.
+            prompt = await engine!.tokenizeAsync(r.text, r.add_special, r.parse_special, r.literal, n_ctx);
             state_point = prompt.length < n_ctx ? await statePoint(engine!, r, prompt) : 0;
           } catch (e) {
             if (tokenizing.delete(r.id)) reject("invalid_request", (e as Error).message, 0);
             return;
           }
           if (!tokenizing.delete(r.id)) return; // cancelled meanwhile: the parent has finished it
+          // Like llama-server: the prompt must leave room for at least one generated token.
           if (prompt.length >= n_ctx || prompt.length === 0) {
             if (prompt.length === 0) reject("invalid_request", "The prompt is empty.", 0);
-            else reject("context_length_exceeded", `The prompt is ${prompt.length} tokens; the context window is ${n_ctx} tokens.`, prompt.length);
+            else reject("context_length_exceeded", `The prompt is at least ${prompt.length} tokens; the context window is ${n_ctx} tokens.`, prompt.length);
             return;
           }
           try {
