@@ -160,6 +160,16 @@ describe("probes: bad input never hurts anyone else", function () {
     }
   });
 
+  it("a body of many small wrong items is one 400, not an error per item", async () => {
+    // 127k invalid entries: validating with every error collected used to overflow the stack (500)
+    // and, at the 8 MiB default, take gigabytes; the first error is all a 400 needs.
+    const many = '{"messages":[' + "1,".repeat(127_000) + "1]}";
+    expect(many.length).to.be.lessThan(BODY_LIMIT);
+    const r = expectError(await post(port, "/v1/chat/completions", many), 400, "openai", "127k wrong items");
+    expect(r.error.message).to.include("messages[0]");
+    expectError(await post(port, "/v1/messages", '{"model":"m","max_tokens":1,"messages":[' + "{},".repeat(80_000) + "{}]}"), 400, "anthropic", "80k empty turns");
+  });
+
   it("wrong types are 400 naming the field", async () => {
     const chatCases: Array<[string, Record<string, unknown>]> = [
       ["messages", { messages: "hi" }],
