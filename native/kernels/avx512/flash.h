@@ -7,19 +7,21 @@
 // query rows, row r = i * G + h at position p0 + i; N = p0 + n keys; Bk = kFlashKeyBlock keys per
 // block; RM rows per group.
 //
-// One pass over the keys, a block at a time; per block, its keys are converted once for every
-// row of the call (K to f32 transposed, so the scores of 16 keys sit in one register: no
-// horizontal sums; V to f32, or to bf16 key pairs for vdpbf16ps), then each group of RM rows
-//   1. scores: for each dim d in order, acc[row][keys] += q[row][d] * k[keys][d] (16 keys a lane
-//      each), times scale; keys past the row's position -> -inf;
+// One pass over the keys, a block at a time. With many rows (a prefill chunk) each block is first
+// converted once for every row of the call: K to f32 transposed, so the scores of 16 keys sit in
+// one register with no horizontal sums; V to f32, or to bf16 key pairs for vdpbf16ps. With one
+// group of rows (a decode step) keys and values are read from the cache as they are, since each
+// element then serves that group alone. Each group of RM rows then goes through
+//   1. scores q . k (8 partial sums over the dims, folded in one fixed order that both layouts
+//      compute, see scores_transposed), times scale; keys past the row's position -> -inf;
 //   2. online softmax: m' = max(m, block max), a = exp(m - m'), p = exp(s - m'), l = l * a + sum p;
 //   3. output: o = o * a + sum_j p_j v_j over the block's keys in order (f32), or over its key pairs
 //      in order with p and v rounded to bf16 (vdpbf16ps, products exact, sums in f32);
 // and at the end out = o * (1 / l). q is rounded to f16 first, as llama.cpp does for an f16 cache.
 // What a row computes depends only on its q, its position and the keys: the blocks start at key 0
-// whatever the call, every row goes through the same operations whichever group it is in, and
-// keys a row does not see enter with p = 0 exactly. So a token gives the same bits alone, in a
-// prefill chunk or in a chunk cut elsewhere.
+// whatever the call, every row goes through the same operations whichever group and layout it is
+// in, and keys a row does not see enter with p = 0 exactly. So a token gives the same bits alone
+// (decode), in a prefill chunk or in a chunk cut elsewhere.
 #pragma once
 #include <immintrin.h>
 
