@@ -270,26 +270,27 @@ export function renderChatPrompt(chat: ChatPrompt, model: TemplateModel, opts: R
  * that only the template's scaffolding yields control tokens.
  */
 export function renderChatPromptParts(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions = {}): RenderedPrompt {
+  // The request's own strings are escaped before the prompt builder wraps them in its wording
+  // (the Hermes tool block, <tool_call>/<tool_response> tags), which stays as it is.
   const esc = new Escaper(model.control_tokens ?? []);
-  return esc.restore(render(chat, model, opts, esc));
+  return esc.restore(render(esc.deep(chat), model, opts));
 }
 
-function render(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions, esc: Escaper): string {
+function render(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions): string {
   const add_generation_prompt = opts.add_generation_prompt ?? true;
   // A conversation that ends with assistant text is a prefill (Anthropic's "put words in
   // Claude's mouth", llama-server's assistant prefill): the answer continues that text, so the
   // turn stays open instead of being closed by the template.
   const last = chat.turns.at(-1);
   if (add_generation_prompt && last?.role === "assistant" && last.content !== "" && !(last.tool_calls?.length ?? 0)) {
-    return render({ ...chat, turns: chat.turns.slice(0, -1) }, model, opts, esc) + esc.str(last.content);
+    return render({ ...chat, turns: chat.turns.slice(0, -1) }, model, opts) + last.content;
   }
   const template = model.chat_template;
   // tool_choice "none": the model is not told about the tools at all.
   const tools = chat.tool_choice.type === "none" ? [] : chat.tools;
   const reasoning = templateSupportsReasoning(template);
   const native = templateSupportsTools(template);
-  // Built from the request's text, so escaped whole (our own Hermes wording has no control tokens).
-  const messages = esc.deep(native ? nativeMessages(chat, tools, reasoning) : hermesMessages(chat, tools, reasoning));
+  const messages = native ? nativeMessages(chat, tools, reasoning) : hermesMessages(chat, tools, reasoning);
   if (template === null || template.trim() === "") return chatml(messages, add_generation_prompt);
   const ctx: Record<string, unknown> = {
     messages,
@@ -297,7 +298,7 @@ function render(chat: ChatPrompt, model: TemplateModel, opts: RenderOptions, esc
     bos_token: model.bos_token ?? "",
     eos_token: model.eos_token ?? "",
   };
-  if (native && tools.length > 0) ctx.tools = esc.deep(tools.map(toolSignature));
+  if (native && tools.length > 0) ctx.tools = tools.map(toolSignature);
   if (chat.enable_thinking !== undefined) ctx.enable_thinking = chat.enable_thinking;
   let out: string;
   try {

@@ -113,6 +113,22 @@ describe("prompt tokens vs llama.cpp (control tokens, BOS, long text)", function
     });
   });
 
+  it("only what the request wrote is kept plain: the prompt builder's own <tool_call> tags stay control tokens", function () {
+    const model: TemplateModel = { chat_template: null, bos_token: null, eos_token: null, control_tokens: ["<tool_call>", "<|im_end|>"] };
+    const p = renderChatPromptParts(
+      chat([
+        { role: "user", content: "call it" },
+        { role: "assistant", content: "", tool_calls: [{ id: "c1", name: "f", arguments: JSON.stringify({ x: "<tool_call>" }) }] },
+        { role: "tool", tool_call_id: "c1", content: "<|im_end|>" },
+      ]),
+      model,
+    );
+    const spans: string[] = [];
+    for (let i = 0; i < p.literal.length; i += 2) spans.push(p.text.slice(p.literal[i], p.literal[i + 1]));
+    expect(spans).to.deep.equal(["<tool_call>", "<|im_end|>"]);
+    expect(p.text.split("<tool_call>").length - 1).to.equal(2); // the builder's tag and the typed one
+  });
+
   describe("default model, live server", function () {
     let srv: LiveServer;
     let ref: LlamaModel;
