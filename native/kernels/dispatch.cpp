@@ -19,24 +19,21 @@
 namespace mb {
 namespace kq {
 
+// (CMake defines MB_KERNELS_AVX2 / MB_KERNELS_AVX512 only for x86 targets.)
+#if MB_KERNELS_AVX2
 static bool cpu_has_avx2_fma_f16c() {
-#if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
 }
+#endif
 
+#if MB_KERNELS_AVX512
 static bool cpu_has_avx512_vnni() {
-#if defined(__x86_64__)
   return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
 }
+#endif
 
 const KernelTable& ref_table() {
   static const KernelTable t = [] {
@@ -111,13 +108,9 @@ const KernelTable* avx2_table() {
 #endif
 }
 
-static bool cpu_has_avx512_bf16() {
-#if defined(__x86_64__)
-  return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
+#if MB_KERNELS_AVX512_BF16
+static bool cpu_has_avx512_bf16() { return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16"); }
 #endif
-}
 
 #if MB_KERNELS_AVX512
 // The AVX2 set with the 8-token GEMM for the types that have one and flash attention, its value
