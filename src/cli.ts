@@ -31,7 +31,7 @@ run options:
   --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
                        Keys sharing a tenant name share its queue limit. With keys, /v1/*,
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
-  --allow-host NAME    One more Host name to answer to, on any port (repeatable): the Service
+  --allowed-host NAME  One more Host name to answer to, on any port (repeatable): the Service
                        or gateway hostname clients use. Keys still apply.
   --body-limit MiB     Largest request body accepted; larger ones get 413 (default ${DEFAULTS.body_limit_mib}).
   --stall-timeout S    Close a stream whose client takes no bytes for S seconds, cancelling its
@@ -66,7 +66,7 @@ export interface RunConfig {
   n_threads: number;
   cache_ram_mib: number;
   api_key_file: string | undefined;
-  allow_hosts: string[];
+  allowed_hosts: string[];
   metrics_without_key: boolean;
   body_limit_mib: number;
   stall_timeout_s: number;
@@ -88,7 +88,7 @@ export function parseRunArgs(args: string[]): RunConfig {
       threads: { type: "string" },
       "cache-ram": { type: "string" },
       "api-key-file": { type: "string" },
-      "allow-host": { type: "string", multiple: true },
+      "allowed-host": { type: "string", multiple: true },
       "metrics-without-key": { type: "boolean" },
       "body-limit": { type: "string" },
       "stall-timeout": { type: "string" },
@@ -100,8 +100,8 @@ export function parseRunArgs(args: string[]): RunConfig {
   if (positionals.length > 1) throw new UsageError(`run takes one model, got ${positionals.length}: ${positionals.join(" ")}`);
   const device = values.device ?? "cpu";
   if (device !== "cpu" && device !== "cuda") throw new UsageError(`--device must be cpu or cuda, got '${device}'`);
-  for (const h of values["allow-host"] ?? []) {
-    if (!/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h)) throw new UsageError(`--allow-host takes a host name without port or scheme, got '${h}'`);
+  for (const h of values["allowed-host"] ?? []) {
+    if (!/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h)) throw new UsageError(`--allowed-host takes a host name without port or scheme, got '${h}'`);
   }
   return {
     model: positionals[0],
@@ -112,7 +112,7 @@ export function parseRunArgs(args: string[]): RunConfig {
     n_threads: intOption("threads", values.threads, availableParallelism(), 1, 1024),
     cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
     api_key_file: values["api-key-file"],
-    allow_hosts: values["allow-host"] ?? [],
+    allowed_hosts: values["allowed-host"] ?? [],
     metrics_without_key: values["metrics-without-key"] === true,
     body_limit_mib: intOption("body-limit", values["body-limit"], DEFAULTS.body_limit_mib, 1, 4096),
     stall_timeout_s: intOption("stall-timeout", values["stall-timeout"], 30, 1, 86_400),
@@ -194,7 +194,7 @@ async function cmdRun(args: string[]): Promise<number> {
 
   const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
   const { createApp } = await import("./server.js");
-  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allow_hosts: cfg.allow_hosts, metrics_without_key: cfg.metrics_without_key, body_limit_bytes: cfg.body_limit_mib * 1024 * 1024, sse_stall_ms: cfg.stall_timeout_s * 1000 });
+  const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allowed_hosts: cfg.allowed_hosts, metrics_without_key: cfg.metrics_without_key, body_limit_bytes: cfg.body_limit_mib * 1024 * 1024, sse_stall_ms: cfg.stall_timeout_s * 1000 });
   const { url } = await app.listen(cfg.port, cfg.host);
   process.stderr.write(`mashbox: listening on ${url} — ${model_id}, loading (answers 503/529 until ready)${keys ? `, ${keys.size} API key(s)` : ""}\n`);
 

@@ -100,10 +100,10 @@ export interface SecurityOptions {
   port: () => number;
   keys: ApiKeys | null;
   /**
-   * --allow-host: more names the server answers to, on any port. Behind a Service or a gateway
+   * --allowed-host: more names the server answers to, on any port. Behind a Service or a gateway
    * the Host header carries their name (and port), not this machine's; keys still apply.
    */
-  allow_hosts?: string[];
+  allowed_hosts?: string[];
   /**
    * --metrics-without-key: /metrics open to scrapers that cannot send a key (the Gateway API
    * endpoint picker). It holds no key, tenant, prompt or user; Host checks still apply.
@@ -167,8 +167,8 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
     }
     return hosts;
   };
-  const extraNames = new Set((opts.allow_hosts ?? []).map(bareHost));
-  // host[:port] → whether it names this server: a listed host:port, or an --allow-host name.
+  const extraNames = new Set((opts.allowed_hosts ?? []).map(bareHost));
+  // host[:port] → whether it names this server: a listed host:port, or an --allowed-host name.
   const answersTo = (hostport: string) => hostsNow().has(hostport) || extraNames.has(bareHost(hostport.replace(/:\d+$/, "")));
   return async (ctx, next) => {
     // Node keeps only the first of repeated Host headers, so a second one (which a proxy in

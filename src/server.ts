@@ -33,8 +33,8 @@ export interface AppOptions {
   port?: number;
   /** Parsed keys (security.loadApiKeys); required when host is not loopback. */
   api_keys?: ApiKeys | null;
-  /** --allow-host: more Host names answered, on any port (security.ts). */
-  allow_hosts?: string[];
+  /** --allowed-host: more Host names answered, on any port (security.ts). */
+  allowed_hosts?: string[];
   /** --metrics-without-key: /metrics needs no key (security.ts). */
   metrics_without_key?: boolean;
   /** --ui: GET / is the chat page. */
@@ -101,7 +101,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     host,
     port: () => boundPort,
     keys: opts.api_keys ?? null,
-    allow_hosts: opts.allow_hosts,
+    allowed_hosts: opts.allowed_hosts,
     metrics_without_key: opts.metrics_without_key,
   });
 

@@ -84,7 +84,7 @@ describe("deploy: Kubernetes manifests and Dockerfile", function () {
       const cfg = parseRunArgs(args.slice(1));
       for (const flag of args.filter((a) => a.startsWith("--"))) expect(USAGE, flag).to.include(flag);
       expect(cfg.host).to.equal("0.0.0.0");
-      expect(() => parseRunArgs(["--allow-host", "http://llm.example.com"])).to.throw(/--allow-host/);
+      expect(() => parseRunArgs(["--allowed-host", "http://llm.example.com"])).to.throw(/--allowed-host/);
       expect(resolvePort("http")).to.equal(cfg.port);
     });
 
@@ -120,7 +120,7 @@ describe("deploy: Kubernetes manifests and Dockerfile", function () {
       const svc = find("Service", "mashbox");
       expect(subset(svc.spec.selector, pod.metadata.labels)).to.equal(true);
       expect(resolvePort(svc.spec.ports[0].targetPort)).to.equal(Number(flagValue(args, "--port")));
-      expect(flagValues(args, "--allow-host"), "clients name the Service in Host").to.include(svc.metadata.name);
+      expect(flagValues(args, "--allowed-host"), "clients name the Service in Host").to.include(svc.metadata.name);
     });
 
     it("the InferencePool (inference.networking.k8s.io/v1) selects the pods and names the endpoint picker", () => {
@@ -137,7 +137,7 @@ describe("deploy: Kubernetes manifests and Dockerfile", function () {
       expect(flagValue(eppArgs, "--pool-name")).to.equal(pool.metadata.name);
       const route = find("HTTPRoute", "mashbox");
       expect(route.spec.rules[0].backendRefs[0]).to.include({ group: "inference.networking.k8s.io", kind: "InferencePool", name: pool.metadata.name });
-      for (const h of route.spec.hostnames) expect(flagValues(args, "--allow-host"), `mashbox answers to ${h}`).to.include(h);
+      for (const h of route.spec.hostnames) expect(flagValues(args, "--allowed-host"), `mashbox answers to ${h}`).to.include(h);
     });
 
     it("the endpoint picker gets only its own flags, reads mashbox's /metrics, and may watch the pods and the pool", () => {
@@ -256,7 +256,7 @@ describe("deploy: Kubernetes manifests and Dockerfile", function () {
     });
 
     it("answers the Service's and the gateway's names in Host, still wants a key on /v1, refuses other names", async () => {
-      for (const name of flagValues(args, "--allow-host")) {
+      for (const name of flagValues(args, "--allowed-host")) {
         expect((await get("/health", `${name}:8000`)).status, name).to.equal(200);
         expect((await get("/health", name)).status, name).to.equal(200);
       }

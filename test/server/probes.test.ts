@@ -90,7 +90,7 @@ describe("probes: bad input never hurts anyone else", function () {
   let watcher: Promise<void>;
 
   before(async () => {
-    server = await startLiveServer({ ctx: 1024, slots: 2, app: { body_limit_bytes: BODY_LIMIT, allow_hosts: ["llm.example.com"] } });
+    server = await startLiveServer({ ctx: 1024, slots: 2, app: { body_limit_bytes: BODY_LIMIT, allowed_hosts: ["llm.example.com"] } });
     port = server.port;
     const h = await (await fetch(server.url + "/v1/health")).json();
     pid = h.worker_pid;
@@ -211,7 +211,7 @@ describe("probes: bad input never hurts anyone else", function () {
     const twoHosts = `GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\nConnection: close\r\n\r\n`;
     expectError(await raw(port, twoHosts), 400, "openai", "two Host headers");
     expectError(await get(port, "/v1/health", { Host: "evil.example" }), 403, "openai", "foreign Host");
-    // --allow-host: the name a proxy or DNS gives the server, on any port; checks stay on.
+    // --allowed-host: the name a proxy or DNS gives the server, on any port; checks stay on.
     expect((await get(port, "/v1/health", { Host: "llm.example.com" })).status).to.equal(200);
     expect((await get(port, "/v1/models", { Host: "LLM.example.com:443", Origin: "https://llm.example.com" })).status).to.equal(200);
     expectError(await get(port, "/v1/models", { Host: "llm.example.com", Origin: "https://evil.example" }), 403, "openai", "allowed Host, foreign Origin");
