@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../avx2/avx2.h"
 #include "../ref/ref.h"
 
 namespace mb {
@@ -421,6 +422,20 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
     float* dst = out + (size_t)(r / G) * ldo + (size_t)(r % G) * DH;
     for (int d = 0; d < DH; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), inv));
   }
+}
+
+// The entry point of each file: the head dims with a kernel here, any other one to the AVX2
+// kernel (no model we load has one).
+inline void flash_entry(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
+                        int n, int G, int Dh, int p0, float scale, float* scratch) {
+  switch (Dh) {
+    case 64: flash<64>(q, ldq, k, v, out, ldo, n, G, p0, scale, scratch); return;
+    case 128: flash<128>(q, ldq, k, v, out, ldo, n, G, p0, scale, scratch); return;
+    default: avx2::attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch); return;
+  }
+}
+inline size_t flash_entry_scratch(int R, int Dh, int N) {
+  return Dh == 64 || Dh == 128 ? flash_scratch(R, Dh) : avx2::attention_scratch_floats(R, Dh, N);
 }
 
 }  // namespace
