@@ -70,10 +70,10 @@ void add(float* out, const float* a, int n);        // out += a
 //    is rounded, hence three sweeps over the keys with exp(s - max) kept per key: memory that
 //    grows with n * N and falls out of cache at depth.
 //  - avx512: flash attention, one sweep over blocks of keys with an online softmax in f32
-//    (ref::flash_attention is the definition), the value product through vdpbf16ps where the CPU
-//    has AVX-512 BF16 (probabilities and values rounded to bf16). Within 1e-5 (f32) or 2^-7 (bf16)
-//    of sum_j p_j |v_j| of the exact softmax (tests/test_attention.cpp). llama.cpp's own flash
-//    path (f16 accumulators) differs from its non-flash one by as much.
+//    (ref::flash_attention is the definition), within 1e-5 of sum_j p_j |v_j| of the exact
+//    softmax (tests/test_attention.cpp); its logits stay within llama.cpp's own flash on/off
+//    spread (test/oracle). (A bf16 value product, avx512/flash_bf16.cpp, is tested and benchmarked
+//    but not picked: it leaves that spread.)
 // Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
 // p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
 //   q       [n][G][Dh] f32; ldq floats between positions, heads of one position Dh apart
