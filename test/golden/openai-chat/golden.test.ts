@@ -1,15 +1,11 @@
 import { expect } from "chai";
-import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { createResponseValidator, readOpenapiDocument } from "../../../src/contract/validator.js";
-import { ChatStreamEncoder, fromInternal } from "../../../src/dialects/openai-chat/index.js";
-import type { GenerationEvent } from "../../../src/engine/types.js";
-import { ApiError } from "../../../src/errors.js";
 import { formatSse } from "../../../src/http/sse.js";
+import { goldenDir, readGoldens, renderResponse, renderStream } from "../harness.js";
+import { dialect } from "./dialect.js";
 
-const dir = dirname(fileURLToPath(import.meta.url));
-const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
+const goldens = readGoldens(goldenDir(import.meta.url));
+const files = goldens.map((g) => g.name);
 const validator = createResponseValidator(readOpenapiDocument());
 
 describe("golden: openai-chat", () => {
@@ -17,27 +13,18 @@ describe("golden: openai-chat", () => {
     for (const need of ["text", "thinking", "tool-one", "tool-two", "stop-sequence", "max-tokens", "error"]) expect(files, need).to.include(`${need}.json`);
   });
 
-  for (const name of files) {
-    const golden = JSON.parse(readFileSync(join(dir, name), "utf8"));
-    const events = golden.events as GenerationEvent[];
+  for (const { name, golden } of goldens) {
     const include_usage = golden.request.stream_options?.include_usage === true;
     describe(name.replace(/\.json$/, ""), () => {
       it("non-streamed response matches and follows openapi.json", () => {
-        let got: any;
-        try {
-          got = fromInternal(events, golden.render);
-          expect(validator.validateJson("createChatCompletion", 200, got)).to.deep.equal([]);
-        } catch (e) {
-          if (!(e instanceof ApiError)) throw e;
-          got = { status: e.status("openai"), error: e.body("openai") };
-          expect(validator.validateJson("createChatCompletion", got.status, got.error)).to.deep.equal([]);
-        }
+        const got = renderResponse(dialect, golden);
+        const failed = typeof got.status === "number";
+        expect(validator.validateJson("createChatCompletion", failed ? got.status : 200, failed ? got.error : got)).to.deep.equal([]);
         expect(got).to.deep.equal(golden.response);
       });
 
       it("stream frames match and each follows openapi.json", () => {
-        const enc = new ChatStreamEncoder(golden.render, { include_usage });
-        const frames = events.flatMap((ev) => enc.push(ev));
+        const { frames, encoder: enc } = renderStream(dialect, golden);
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
         for (const f of frames) {
           expect(f.event).to.equal(undefined);

@@ -1,15 +1,12 @@
 import { expect } from "chai";
-import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { createResponseValidator, readOpenapiDocument } from "../../../src/contract/validator.js";
-import { CompletionStreamEncoder, fromInternal, systemFingerprint } from "../../../src/dialects/openai-completions/index.js";
-import type { GenerationEvent } from "../../../src/engine/types.js";
-import { ApiError } from "../../../src/errors.js";
+import { systemFingerprint } from "../../../src/dialects/openai-completions/index.js";
 import { formatSse } from "../../../src/http/sse.js";
+import { goldenDir, readGoldens, renderResponse, renderStream } from "../harness.js";
+import { dialect } from "./dialect.js";
 
-const dir = dirname(fileURLToPath(import.meta.url));
-const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
+const goldens = readGoldens(goldenDir(import.meta.url));
+const files = goldens.map((g) => g.name);
 const validator = createResponseValidator(readOpenapiDocument());
 
 describe("golden: openai-completions", () => {
@@ -22,27 +19,18 @@ describe("golden: openai-completions", () => {
     expect(systemFingerprint("other")).to.not.equal(systemFingerprint("smollm2-135m"));
   });
 
-  for (const name of files) {
-    const golden = JSON.parse(readFileSync(join(dir, name), "utf8"));
-    const events = golden.events as GenerationEvent[];
+  for (const { name, golden } of goldens) {
     const include_usage = golden.request.stream_options?.include_usage === true;
     describe(name.replace(/\.json$/, ""), () => {
       it("non-streamed response matches and follows openapi.json", () => {
-        let got: any;
-        try {
-          got = fromInternal(events, golden.render);
-          expect(validator.validateJson("createCompletion", 200, got)).to.deep.equal([]);
-        } catch (e) {
-          if (!(e instanceof ApiError)) throw e;
-          got = { status: e.status("openai"), error: e.body("openai") };
-          expect(validator.validateJson("createCompletion", got.status, got.error)).to.deep.equal([]);
-        }
+        const got = renderResponse(dialect, golden);
+        const failed = typeof got.status === "number";
+        expect(validator.validateJson("createCompletion", failed ? got.status : 200, failed ? got.error : got)).to.deep.equal([]);
         expect(got).to.deep.equal(golden.response);
       });
 
       it("stream frames match, follow openapi.json and rebuild the text", () => {
-        const enc = new CompletionStreamEncoder(golden.render, { include_usage });
-        const frames = events.flatMap((ev) => enc.push(ev));
+        const { frames } = renderStream(dialect, golden);
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
         for (const f of frames) expect(validator.validateSseEvent("createCompletion", formatSse(f).slice("data: ".length, -2))).to.deep.equal([]);
         expect(frames[frames.length - 1].data).to.equal("[DONE]");

@@ -1,15 +1,11 @@
 import { expect } from "chai";
-import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { ApiError } from "../../../src/errors.js";
 import { formatSse } from "../../../src/http/sse.js";
-import { fromInternal, ResponsesStreamEncoder } from "../../../src/dialects/openai-responses/index.js";
-import type { GenerationEvent } from "../../../src/engine/types.js";
 import { schemaErrors } from "../../clients/openapi-schema.js";
+import { goldenDir, readGoldens, renderResponse, renderStream } from "../harness.js";
+import { dialect } from "./dialect.js";
 
-const dir = dirname(fileURLToPath(import.meta.url));
-const files = readdirSync(dir).filter((f) => f.endsWith(".json"));
+const goldens = readGoldens(goldenDir(import.meta.url));
+const files = goldens.map((g) => g.name);
 
 describe("golden: openai-responses", () => {
   it("covers every required scenario", () => {
@@ -18,26 +14,16 @@ describe("golden: openai-responses", () => {
     }
   });
 
-  for (const name of files) {
-    const golden = JSON.parse(readFileSync(join(dir, name), "utf8"));
-    const events = golden.events as GenerationEvent[];
+  for (const { name, golden } of goldens) {
     describe(name.replace(/\.json$/, ""), () => {
       it("non-streamed response", () => {
-        let got: unknown;
-        try {
-          got = fromInternal(events, golden.request, golden.render);
-        } catch (e) {
-          if (!(e instanceof ApiError)) throw e;
-          got = { status: e.status("openai"), error: e.body("openai") };
-        }
-        expect(got).to.deep.equal(golden.response);
+        expect(renderResponse(dialect, golden)).to.deep.equal(golden.response);
       });
 
       it("stream frames", () => {
-        const enc = new ResponsesStreamEncoder(golden.request, golden.render);
-        const frames = events.flatMap((ev) => enc.push(ev));
+        const { frames, encoder } = renderStream(dialect, golden);
         expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
-        expect(enc.push({ type: "text", text: "late" })).to.deep.equal([]);
+        expect(encoder.push({ type: "text", text: "late" })).to.deep.equal([]);
       });
 
       it("every output matches openapi.json (Response, ResponseStreamEvent / Error)", () => {

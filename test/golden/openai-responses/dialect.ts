@@ -1,0 +1,8 @@
+import { fromInternal, ResponsesStreamEncoder } from "../../../src/dialects/openai-responses/index.js";
+import type { GoldenDialect } from "../harness.js";
+
+export const dialect: GoldenDialect = {
+  errors: "openai",
+  fromInternal: (g) => fromInternal(g.events, g.request, g.render),
+  encoder: (g) => new ResponsesStreamEncoder(g.request, g.render),
+};
