@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "certify.h"
 #include "dispatch.h"
 #include "ref/ref.h"
 #include "util/threadpool.h"
@@ -484,6 +485,47 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
   CHECK(tested == 7, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, found %d", vt.name, tested);
 }
 
+// The start-up gate passes every set this CPU runs, and fails a table with one wrong kernel,
+// naming it (the production gate and this test share certify(); no hook in the server).
+static float q4_0_dot_off_by_one_percent(int64_t k, const void* w, const void* x) {
+  return 1.01f * ref::dot_q4_0(k, w, x);
+}
+static void scale_twice(float* out, const float* x, const float* w, int n, float eps) {
+  ref::rmsnorm(out, x, w, n, eps);
+  for (int i = 0; i < n; i++) out[i] *= 2;
+}
+static void test_certify() {
+  std::vector<std::vector<uint8_t>> rows;
+  std::vector<QMatrix> samples;
+  for (GgmlType t : kWeightTypes) {
+    rows.push_back(random_rows(t, 8, 512));
+    samples.push_back({t, 512, 8, rows.back().data()});
+  }
+  std::vector<const KernelTable*> sets = {&ref_table(), &active_table()};
+  if (avx2_table()) sets.push_back(avx2_table());
+  if (avx512_table()) sets.push_back(avx512_table());
+  for (const KernelTable* kt : sets) {
+    const Certification c = certify(*kt, samples);
+    CHECK(c.passed && c.summary() == "passed", "certify %s: %s", kt->name, c.summary().c_str());
+  }
+  KernelTable wrong = active_table();
+  wrong.dot[S_Q4_0] = q4_0_dot_off_by_one_percent;
+  wrong.tile[S_Q4_0] = nullptr;  // so the driver reaches the wrong dot for every token count
+  wrong.gemm8[S_Q4_0] = {};
+  const Certification c = certify(wrong, samples);
+  CHECK(!c.passed && c.summary().rfind("failed: ", 0) == 0 && c.failures.find("Q4_0") != std::string::npos,
+        "certify with a wrong q4_0 dot: %s", c.summary().c_str());
+  // a model without q4_0 weights never runs that dot: the gate is per tensor type
+  std::vector<QMatrix> no_q4_0;
+  for (const QMatrix& m : samples) if (m.type != GgmlType::Q4_0) no_q4_0.push_back(m);
+  CHECK(certify(wrong, no_q4_0).passed, "certify without q4_0 samples: %s", certify(wrong, no_q4_0).summary().c_str());
+  KernelTable wrong_norm = active_table();
+  wrong_norm.rmsnorm = scale_twice;
+  const Certification cn = certify(wrong_norm, {});
+  CHECK(!cn.passed && cn.failures.find("rmsnorm") != std::string::npos, "certify with a wrong rmsnorm: %s",
+        cn.summary().c_str());
+}
+
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "kernel_vectors";
   std::printf("active kernel table: %s\n", active_table().name);
@@ -492,6 +534,7 @@ int main(int argc, char** argv) {
   test_ref_quantizers();
   test_ref_dots();
   test_rope();
+  test_certify();
   ThreadPool p1(1), p2(2);
   test_matmul(ref_table(), &p1, &p2);
   // avx2_table() is null unless compiled in and supported by this CPU
