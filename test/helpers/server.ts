@@ -5,9 +5,9 @@
 // scripted output (scriptHeader, test/helpers/script.ts).
 import { existsSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
+import { createEngine, type EngineOptions, type ManagedEngine } from "../../src/engine/engine.js";
 import type { Engine } from "../../src/engine/types.js";
-import { createApp, type MashboxApp } from "../../src/server.js";
+import { createApp, type AppOptions, type MashboxApp } from "../../src/server.js";
 import { loadApiKeys } from "../../src/security.js";
 import { scriptingEngine, serveScripts } from "./script.js";
 
@@ -42,6 +42,10 @@ export interface TestServerOptions {
   /** Serve this engine instead of a real one (only for states a real engine cannot be held in). */
   engine?: Engine;
   model_id?: string;
+  /** Engine options over the harness defaults (a cache size, a batch size...). */
+  engine_options?: Partial<EngineOptions>;
+  /** App options over the harness defaults (a stall limit, a body limit...). */
+  app?: Partial<AppOptions>;
 }
 
 export interface TestServer {
@@ -69,6 +73,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
       n_ctx: ctx,
       n_slots: slots,
       n_threads: 1, // the dev box is shared: one thread per test engine
+      ...opts.engine_options,
     }));
   const scripts = opts.scripts !== false;
   const engine = scripts ? scriptingEngine(inner) : inner;
@@ -87,6 +92,7 @@ export async function startTestServer(opts: TestServerOptions = {}): Promise<Tes
         logs.push(line);
         if (line.startsWith("CONTRACT VIOLATION") || line.startsWith("internal error")) process.stderr.write(`[server] ${line}\n`);
       },
+      ...opts.app,
     });
   } catch (e) {
     await managed?.close();

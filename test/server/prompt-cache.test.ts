@@ -3,36 +3,15 @@
 // streamed request whose client hung up during prefill is resumed by the client's retry.
 import { expect } from "chai";
 import { existsSync } from "node:fs";
-import { createEngine, type EngineOptions, type ManagedEngine } from "../../src/engine/engine.js";
-import { createApp, type MashboxApp } from "../../src/server.js";
-import { defaultModelPath, postJson } from "../helpers/server.js";
+import type { EngineOptions } from "../../src/engine/engine.js";
+import { startLiveServer, type LiveServer } from "../helpers/live.js";
+import { postJson } from "../helpers/server.js";
 
 const DEFAULT_MODEL = process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const CACHE_MIB = 64;
 
-interface Served {
-  url: string;
-  app: MashboxApp;
-  engine: ManagedEngine;
-  close(): Promise<void>;
-}
-
-async function serve(over: Partial<EngineOptions> = {}): Promise<Served> {
-  const engine = createEngine({ model_path: defaultModelPath(), model_id: "cache-model", n_ctx: 2048, n_slots: 1, n_threads: 1, cache_ram_mib: CACHE_MIB, ...over });
-  const app = createApp({ engine, model_id: "cache-model", port: 0, validate_responses: true, cache_ram_mib: CACHE_MIB, log: () => {} });
-  const { url } = await app.listen(0, "127.0.0.1");
-  await engine.ready();
-  return {
-    url,
-    app,
-    engine,
-    async close() {
-      const violations = app.contract_violations.splice(0);
-      await app.close();
-      await engine.close();
-      expect(violations, "responses outside openapi.json").to.deep.equal([]);
-    },
-  };
+function serve(over: Partial<EngineOptions> = {}): Promise<LiveServer> {
+  return startLiveServer({ ctx: 2048, model_id: "cache-model", engine_options: { cache_ram_mib: CACHE_MIB, ...over }, app: { cache_ram_mib: CACHE_MIB } });
 }
 
 const SYSTEM =
@@ -86,7 +65,7 @@ async function health(url: string) {
 
 describe("host prompt cache over HTTP", function () {
   this.timeout(180000);
-  let s: Served;
+  let s: LiveServer;
   before(async () => (s = await serve()));
   after(async () => s?.close());
 
