@@ -269,6 +269,7 @@ describe("load: worker SIGKILL in each phase, through HTTP", function () {
     const reading = readChatStream(res, (t) => (text = t));
     await until("request running", async () => (await health(server)).live_rows === 1 || text.length > 0);
     textAtKill = text;
+    if (process.env.LOAD_DEBUG) console.log("text at kill:", JSON.stringify(textAtKill));
     await killAndWaitReady(pid);
     const r = await reading;
     if (textAtKill === "") {
@@ -287,9 +288,11 @@ describe("load: worker SIGKILL in each phase, through HTTP", function () {
   it("non-streamed after output: the request is run again and answered once, whole", async () => {
     const pid = await pidNow();
     const script = "x ".repeat(600).trim();
-    const reply = postJson(server.url + "/v1/chat/completions", chat("Go.", { max_tokens: 1900 }), scriptHeader(script));
-    // generating: the worker's KV holds more than the prompt
+    let answered = false;
+    const reply = postJson(server.url + "/v1/chat/completions", chat("Go.", { max_tokens: 1900 }), scriptHeader(script)).finally(() => (answered = true));
+    // generating: the worker's KV holds more than the prompt, and the client has nothing yet
     await until("generating", () => server.engine.stats().kv_tokens_used > 60);
+    expect(answered).to.equal(false);
     await killAndWaitReady(pid);
     const r = await reply;
     expect(r.status).to.equal(200);
