@@ -1,7 +1,8 @@
 // The part of the golden-file harness that every dialect shares: reading the fixtures, rendering a
 // fixture's events through the dialect (a thrown ApiError becomes `{ status, error }` in the
-// dialect's error shape) and rewriting the expected outputs. Each dialect's golden.test.ts keeps
-// the checks that are specific to its wire format.
+// dialect's error shape), the checks that hold for every dialect, and rewriting the expected
+// outputs. Each dialect's golden.test.ts adds the checks that are specific to its wire format.
+import { expect } from "chai";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,6 +21,10 @@ export interface Golden {
 
 /** What differs between dialects: how events become a response and a stream, and the error shape. */
 export interface GoldenDialect {
+  /** The folder name under test/golden/. */
+  name: string;
+  /** Scenarios (file names without .json) a dialect must have a golden file for. */
+  required: string[];
   errors: ErrorDialect;
   fromInternal(golden: Golden): unknown;
   encoder(golden: Golden): { push(ev: GenerationEvent): SseFrame[] };
@@ -60,4 +65,35 @@ export function regenerate(dir: string, dialect: GoldenDialect): void {
     const { frames: stream } = renderStream(dialect, golden);
     writeFileSync(join(dir, name), JSON.stringify({ ...golden, response, stream }, null, 2) + "\n");
   }
+}
+
+/**
+ * The golden suite of a dialect over the files next to `moduleUrl` (pass `import.meta.url`): every
+ * required scenario is there, and per file the response and stream frames are as recorded and the
+ * encoder emits nothing after the end. `checks` adds the dialect's own tests inside each file's suite.
+ */
+export function describeGoldens(dialect: GoldenDialect, moduleUrl: string, checks: (golden: Golden) => void): void {
+  const goldens = readGoldens(goldenDir(moduleUrl));
+  describe(`golden: ${dialect.name}`, () => {
+    it("covers every required scenario", () => {
+      const files = goldens.map((g) => g.name);
+      for (const need of dialect.required) expect(files, need).to.include(`${need}.json`);
+    });
+
+    for (const { name, golden } of goldens) {
+      describe(name.replace(/\.json$/, ""), () => {
+        it("non-streamed response", () => {
+          expect(renderResponse(dialect, golden)).to.deep.equal(golden.response);
+        });
+
+        it("stream frames, and nothing after the stream ended", () => {
+          const { frames, encoder } = renderStream(dialect, golden);
+          expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
+          expect(encoder.push({ type: "text", text: "late" })).to.deep.equal([]);
+        });
+
+        checks(golden);
+      });
+    }
+  });
 }

@@ -1,67 +1,44 @@
 import { expect } from "chai";
 import { formatSse } from "../../../src/http/sse.js";
 import { schemaErrors } from "../../clients/openapi-schema.js";
-import { goldenDir, readGoldens, renderResponse, renderStream } from "../harness.js";
+import { describeGoldens } from "../harness.js";
 import { dialect } from "./dialect.js";
 
-const goldens = readGoldens(goldenDir(import.meta.url));
-const files = goldens.map((g) => g.name);
-
-describe("golden: openai-responses", () => {
-  it("covers every required scenario", () => {
-    for (const need of ["text", "thinking", "tool-one", "tool-two", "tool-custom-namespace", "stop-sequence", "max-tokens", "error"]) {
-      expect(files, need).to.include(`${need}.json`);
-    }
+describeGoldens(dialect, import.meta.url, (golden) => {
+  it("every output matches openapi.json (Response, ResponseStreamEvent / Error)", () => {
+    if (golden.response.status === 500) expect(schemaErrors("OpenAIError", golden.response.error)).to.equal(null);
+    else expect(schemaErrors("ResponsesResponse", golden.response)).to.equal(null);
+    for (const f of golden.stream) expect(schemaErrors("ResponsesStreamEvent", f.data), f.event).to.equal(null);
   });
 
-  for (const { name, golden } of goldens) {
-    describe(name.replace(/\.json$/, ""), () => {
-      it("non-streamed response", () => {
-        expect(renderResponse(dialect, golden)).to.deep.equal(golden.response);
-      });
-
-      it("stream frames", () => {
-        const { frames, encoder } = renderStream(dialect, golden);
-        expect(JSON.parse(JSON.stringify(frames))).to.deep.equal(golden.stream);
-        expect(encoder.push({ type: "text", text: "late" })).to.deep.equal([]);
-      });
-
-      it("every output matches openapi.json (Response, ResponseStreamEvent / Error)", () => {
-        if (golden.response.status === 500) expect(schemaErrors("OpenAIError", golden.response.error)).to.equal(null);
-        else expect(schemaErrors("ResponsesResponse", golden.response)).to.equal(null);
-        for (const f of golden.stream) expect(schemaErrors("ResponsesStreamEvent", f.data), f.event).to.equal(null);
-      });
-
-      it("stream invariants: sequence 0,1,2…, names match types, output_item.done items rebuild the output", () => {
-        const frames = golden.stream as Array<{ event: string; data: Record<string, any> }>;
-        frames.forEach((f, i) => {
-          expect(f.data.type, f.event).to.equal(f.event);
-          expect(f.data.sequence_number, f.event).to.equal(i);
-          expect(formatSse(f)).to.match(new RegExp(`^event: ${f.event.replace(/\./g, "\\.")}\ndata: \\{.*\\}\n\n$`));
-        });
-        expect(frames.slice(0, 2).map((f) => f.event)).to.deep.equal(["response.created", "response.in_progress"]);
-        const done = frames.filter((f) => f.event === "response.output_item.done");
-        const added = frames.filter((f) => f.event === "response.output_item.added");
-        added.forEach((f, i) => expect(f.data.output_index).to.equal(i));
-        const last = frames[frames.length - 1];
-        if (last.event === "response.failed") {
-          expect(frames[frames.length - 2].event).to.equal("error");
-          expect(last.data.response.status).to.equal("failed");
-          return;
-        }
-        expect(done.length).to.equal(added.length);
-        expect(done.map((f) => f.data.item)).to.deep.equal(golden.response.output);
-        expect(last.data.response).to.deep.equal(golden.response);
-        expect(last.event).to.equal(golden.response.status === "incomplete" ? "response.incomplete" : "response.completed");
-        // Deltas add up to the done text / arguments of their item.
-        const sums = new Map<string, string>();
-        for (const f of frames) if (f.event.endsWith(".delta")) sums.set(f.data.item_id, (sums.get(f.data.item_id) ?? "") + f.data.delta);
-        for (const f of frames) {
-          if (f.event === "response.output_text.done" || f.event === "response.reasoning_text.done") expect(sums.get(f.data.item_id)).to.equal(f.data.text);
-          if (f.event === "response.function_call_arguments.done") expect(sums.get(f.data.item_id)).to.equal(f.data.arguments);
-          if (f.event === "response.custom_tool_call_input.done") expect(sums.get(f.data.item_id)).to.equal(f.data.input);
-        }
-      });
+  it("stream invariants: sequence 0,1,2…, names match types, output_item.done items rebuild the output", () => {
+    const frames = golden.stream as Array<{ event: string; data: Record<string, any> }>;
+    frames.forEach((f, i) => {
+      expect(f.data.type, f.event).to.equal(f.event);
+      expect(f.data.sequence_number, f.event).to.equal(i);
+      expect(formatSse(f)).to.match(new RegExp(`^event: ${f.event.replace(/\./g, "\\.")}\ndata: \\{.*\\}\n\n$`));
     });
-  }
+    expect(frames.slice(0, 2).map((f) => f.event)).to.deep.equal(["response.created", "response.in_progress"]);
+    const done = frames.filter((f) => f.event === "response.output_item.done");
+    const added = frames.filter((f) => f.event === "response.output_item.added");
+    added.forEach((f, i) => expect(f.data.output_index).to.equal(i));
+    const last = frames[frames.length - 1];
+    if (last.event === "response.failed") {
+      expect(frames[frames.length - 2].event).to.equal("error");
+      expect(last.data.response.status).to.equal("failed");
+      return;
+    }
+    expect(done.length).to.equal(added.length);
+    expect(done.map((f) => f.data.item)).to.deep.equal(golden.response.output);
+    expect(last.data.response).to.deep.equal(golden.response);
+    expect(last.event).to.equal(golden.response.status === "incomplete" ? "response.incomplete" : "response.completed");
+    // Deltas add up to the done text / arguments of their item.
+    const sums = new Map<string, string>();
+    for (const f of frames) if (f.event.endsWith(".delta")) sums.set(f.data.item_id, (sums.get(f.data.item_id) ?? "") + f.data.delta);
+    for (const f of frames) {
+      if (f.event === "response.output_text.done" || f.event === "response.reasoning_text.done") expect(sums.get(f.data.item_id)).to.equal(f.data.text);
+      if (f.event === "response.function_call_arguments.done") expect(sums.get(f.data.item_id)).to.equal(f.data.arguments);
+      if (f.event === "response.custom_tool_call_input.done") expect(sums.get(f.data.item_id)).to.equal(f.data.input);
+    }
+  });
 });
