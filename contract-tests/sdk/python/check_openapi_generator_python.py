@@ -7,13 +7,12 @@ import json
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from common import Checks  # noqa: E402  (contract-tests/sdk/python/common.py)
+from common import run_sdk_checks  # noqa: E402  (contract-tests/sdk/python/common.py)
 
 import mashbox_og as sdk  # noqa: E402
 from mashbox_og.exceptions import BadRequestException  # noqa: E402
 
 base_url, model_id = sys.argv[2], sys.argv[3]
-checks = Checks("openapi-generator-python")
 api = sdk.ApiClient(sdk.Configuration(host=base_url))
 question = "Name three planets."
 
@@ -85,14 +84,4 @@ def response():
     assert 1 <= out.usage.output_tokens <= 8
 
 
-for name, fn in [
-    ("listModels", models),
-    ("createChatCompletion", chat),
-    ("createChatCompletion logprobs 400", chat_refuses_logprobs),
-    ("createCompletion", completion),
-    ("createMessage", message),
-    ("countMessageTokens", count_tokens),
-    ("createResponse", response),
-]:
-    checks.run(name, fn)
-sys.exit(checks.exit_code())
+run_sdk_checks("openapi-generator-python", globals())

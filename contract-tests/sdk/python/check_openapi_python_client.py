@@ -6,7 +6,7 @@ Prints one "ok NAME" or "FAIL NAME: why" line per check (contract-tests/sdk/run.
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from common import Checks  # noqa: E402  (contract-tests/sdk/python/common.py)
+from common import run_sdk_checks  # noqa: E402  (contract-tests/sdk/python/common.py)
 
 from mashbox_client import AuthenticatedClient  # noqa: E402
 from mashbox_client.api.chat import create_chat_completion  # noqa: E402
@@ -17,7 +17,6 @@ from mashbox_client.api.responses import create_response  # noqa: E402
 from mashbox_client import models as m  # noqa: E402
 
 base_url, model_id = sys.argv[2], sys.argv[3]
-checks = Checks("openapi-python-client")
 # On loopback the server checks no key; the bearer scheme still makes this the client to use.
 client = AuthenticatedClient(base_url=base_url, token="unused", raise_on_unexpected_status=True, timeout=120)
 question = "Name three planets."
@@ -88,14 +87,4 @@ def response():
     assert 1 <= out.usage.output_tokens <= 8
 
 
-for name, fn in [
-    ("listModels", models),
-    ("createChatCompletion", chat),
-    ("createChatCompletion logprobs 400", chat_refuses_logprobs),
-    ("createCompletion", completion),
-    ("createMessage", message),
-    ("countMessageTokens", count_tokens),
-    ("createResponse", response),
-]:
-    checks.run(name, fn)
-sys.exit(checks.exit_code())
+run_sdk_checks("openapi-python-client", globals())

@@ -1,4 +1,5 @@
 """One line per check, for contract-tests/sdk/run.mjs to count."""
+import sys
 import traceback
 
 
@@ -18,3 +19,24 @@ class Checks:
 
     def exit_code(self):
         return 1 if self.failed else 0
+
+
+# The checks every Python SDK runs, in this order: the line's name, and the function the SDK's
+# script defines for it.
+SDK_CHECKS = [
+    ("listModels", "models"),
+    ("createChatCompletion", "chat"),
+    ("createChatCompletion logprobs 400", "chat_refuses_logprobs"),
+    ("createCompletion", "completion"),
+    ("createMessage", "message"),
+    ("countMessageTokens", "count_tokens"),
+    ("createResponse", "response"),
+]
+
+
+def run_sdk_checks(sdk, script_globals):
+    """Runs SDK_CHECKS with the functions of the calling script (pass globals()), then exits."""
+    checks = Checks(sdk)
+    for name, fn in SDK_CHECKS:
+        checks.run(name, script_globals[fn])
+    sys.exit(checks.exit_code())
