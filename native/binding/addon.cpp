@@ -44,6 +44,7 @@ struct Loaded {
   std::string kv_type;
   int64_t n_params = 0;
   size_t tensor_bytes = 0;
+  std::string certification;  // the start-up gate's verdict on the picked kernel set
   std::unique_ptr<mb::Scheduler> sched;
   ~Loaded() { sched.reset(); }
 };
@@ -234,6 +235,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("bpw", loaded_->n_params ? 8.0 * double(loaded_->tensor_bytes) / double(loaded_->n_params) : 0.0);
     o.Set("kv_bytes", double(loaded_->kv_bytes));
     o.Set("kv_token_bytes", double(loaded_->kv_token_bytes));
+    o.Set("kernels", mb::kernels_backend());
+    o.Set("certification", loaded_->certification);
     return o;
   }
 
@@ -446,10 +449,18 @@ class LoadWorker : public Napi::AsyncWorker {
       l->kv_bytes = l->model->kv_bytes();
       l->kv_token_bytes = l->model->kv_token_bytes();
       l->kv_type = l->model->kv_type();
+      std::vector<mb::QMatrix> samples;  // the first matrix of each weight type
       for (const auto& t : l->file->tensors()) {
         l->n_params += t.n_elements();
         l->tensor_bytes += t.n_bytes;
+        const bool seen = std::any_of(samples.begin(), samples.end(), [&](const mb::QMatrix& m) { return m.type == t.type; });
+        if (t.ne.size() >= 2 && !seen) samples.push_back({t.type, t.ne[0], t.ne[1], t.data});
       }
+      // A set that disagrees with the reference on this CPU would answer wrong tokens: no start.
+      l->certification = mb::certify_kernels(samples);
+      if (l->certification != "passed")
+        throw std::runtime_error(std::string("kernel set ") + mb::kernels_backend() + " " + l->certification +
+                                 " (MB_KERNELS=ref starts on the scalar set)");
       loaded_ = std::move(l);
     } catch (const std::exception& e) {
       SetError(e.what());

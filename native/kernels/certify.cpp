@@ -148,4 +148,9 @@ Certification certify(const KernelTable& kt, const std::vector<QMatrix>& samples
 }
 
 }  // namespace kq
+
+std::string certify_kernels(const std::vector<QMatrix>& weight_samples) {
+  return kq::certify(kq::active_table(), weight_samples).summary();
+}
+
 }  // namespace mb

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 #include "../gguf/gguf.h"
 
@@ -45,6 +46,11 @@ void dequantize_row(const QMatrix& W, int64_t row, float* dst);
 // Name of the kernel set dispatch.cpp picked ("avx512vnni", "avx2" or "ref"; MB_KERNELS=ref|avx2
 // forces one).
 const char* kernels_backend();
+
+// The start-up gate (kernels/certify.h) on the picked set: "passed", or "failed: " and what
+// disagreed with the scalar reference. weight_samples: one matrix of each weight type the model
+// multiplies (its first rows are used).
+std::string certify_kernels(const std::vector<QMatrix>& weight_samples);
 
 // Elementwise / small ops (fp32). x and out may alias unless stated.
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);  // out[n]

@@ -114,6 +114,8 @@ class WorkerEngine implements ManagedEngine {
   private preparing = new Set<Job>();
   private nextNid = 1;
   private nativeStats: NativeStats | null = null;
+  /** What the running worker reported about its programs and model (Health). */
+  private identity: Pick<EngineStats, "deployment_id" | "component_set_sha" | "certification"> = {};
   /** The host cache file this engine made (removed on close); null when given or off. */
   private ownedCachePath: string | null = null;
   private readyPromise: Promise<void>;
@@ -150,6 +152,7 @@ class WorkerEngine implements ManagedEngine {
           add_bos: info.add_bos,
           control_tokens: info.control_tokens,
         };
+        this.identity = { deployment_id: info.deployment_id ?? null, component_set_sha: info.component_set_sha ?? null, certification: info.certification };
         this.state = "ready";
         this.readyResolve();
         const again = this.resend;
@@ -542,6 +545,7 @@ class WorkerEngine implements ManagedEngine {
             cache_namespace: n.cache_namespace,
           }
         : {}),
+      ...this.identity,
       worker_pid: this.state === "ready" ? this.worker.pid : null,
       worker_restarts: this.worker.restarts,
     };

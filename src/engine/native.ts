@@ -38,6 +38,13 @@ export interface NativeModelInfo {
   n_params: number;
   bpw: number;
   kv_bytes: number;
+  /** The kernel set dispatch picked on this CPU ("avx512vnni", "avx2", "ref"). */
+  kernels: string;
+  /** The start-up gate's verdict on that set: "passed" (a set that fails does not load). */
+  certification: string;
+  /** Filled in by the worker (identity.ts), not the addon. */
+  deployment_id?: string;
+  component_set_sha?: string;
   /** K/V bytes of one position of one slot (what the host cache stores per token). */
   kv_token_bytes: number;
 }

@@ -168,6 +168,10 @@ export interface EngineStats {
   host_cache_evictions?: number;
   host_cache_restored_tokens?: number;
   cache_namespace?: string | null;
+  /** The native program and kernel set, the model file's sha256, the start-up gate's verdict (identity.ts); absent before the first worker is ready. */
+  deployment_id?: string | null;
+  component_set_sha?: string | null;
+  certification?: string;
   worker_pid: number | null;
   worker_restarts: number;
 }

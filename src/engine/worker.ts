@@ -11,7 +11,8 @@
 // A forward pass that throws leaves every sequence of the batch (and the K/V cache) suspect, so
 // the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
 // after a crash, and the requests of the batch get the one retry they would get then.
-import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
+import { componentSetSha, deploymentId } from "./identity.js";
+import { addonPath, loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
 
 /** A submit: prompt text is tokenized here, saving a round trip per request. */
 export interface WorkerSubmit {
@@ -96,6 +97,9 @@ function main(): void {
           break;
         }
         n_ctx = m.opts.n_ctx;
+        // Hashed while the weights load (a cached digest costs a stat).
+        const componentSet = componentSetSha(m.opts.model_path);
+        componentSet.catch(() => {});
         engine
           .load(m.opts, (evs) => {
             const fault = evs.find((e) => e.type === "error" && e.fault === true);
@@ -110,9 +114,10 @@ function main(): void {
             for (const e of evs) if (e.type === "done" || e.type === "error") active--;
             send({ t: "events", evs, stats: engine!.stats() });
           })
-          .then((loaded) => {
+          .then(async (loaded) => {
+            const [component_set_sha, deployment_id] = await Promise.all([componentSet, deploymentId(addonPath(), loaded.kernels)]);
             // Stats with it: what a restarted worker found in the host cache shows at once.
-            send({ t: "ready", info: loaded, pid: process.pid, stats: engine!.stats() });
+            send({ t: "ready", info: { ...loaded, component_set_sha, deployment_id }, pid: process.pid, stats: engine!.stats() });
           })
           .catch((e: Error) => send({ t: "load_error", message: e.message }));
         break;

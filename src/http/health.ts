@@ -26,11 +26,13 @@ export function healthBody(deps: AppDeps): Health {
     host_cache_cap_bytes: s.host_cache_cap_bytes ?? info.cache_ram_mib * 1024 * 1024,
     host_cache_evictions: s.host_cache_evictions ?? 0,
     cache_namespace: s.cache_namespace ?? null,
-    deployment_id: null,
-    component_set_sha: null,
-    certification: "not-applicable (cpu build)",
-    // Precompiled kernels only: once ready, nothing is ever compiled.
-    compiles_after_ready: ready ? 0 : null,
+    deployment_id: s.deployment_id ?? null,
+    component_set_sha: s.component_set_sha ?? null,
+    // The gate runs while the model loads; a set that fails it never becomes ready.
+    certification: s.certification ?? "pending",
+    // The kernels are compiled ahead of time and nothing compiles at run time, so there is
+    // nothing to count (the spec's null for a process that does not count them).
+    compiles_after_ready: null,
     routed_experts: null,
     worker_restarts: s.worker_restarts,
   };

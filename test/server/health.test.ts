@@ -1,0 +1,97 @@
+// Health's identity fields through HTTP on a real engine: deployment_id (the addon's bytes and
+// the kernel set), component_set_sha (the model file's sha256, cached by path, size and mtime in
+// $MASHBOX_HOME/hashes.json), certification (the start-up kernel gate, "passed" on this CPU) and
+// compiles_after_ready (null: nothing compiles at run time). The gate's failing path is tested
+// natively (native/kernels/tests/test_kernels.cpp, test_certify) with deliberately wrong kernels.
+import { expect } from "chai";
+import { createHash } from "node:crypto";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { addonPath } from "../../src/engine/native.js";
+import { defaultModelPath, startTestServer } from "../helpers/server.js";
+
+const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+async function health(url: string): Promise<Record<string, unknown>> {
+  const r = await fetch(url + "/v1/health");
+  expect(r.status).to.equal(200);
+  return (await r.json()) as Record<string, unknown>;
+}
+
+describe("Health identity fields", function () {
+  this.timeout(120000);
+  let home: string;
+  let model: string;
+  const savedHome = process.env.MASHBOX_HOME;
+  before(() => {
+    home = mkdtempSync(join(tmpdir(), "mb-health-"));
+    process.env.MASHBOX_HOME = home;  // the worker inherits it: hashes.json goes here
+    model = join(home, "model.gguf");  // a copy, so its mtime can be changed
+    copyFileSync(defaultModelPath(), model);
+  });
+  after(() => {
+    if (savedHome === undefined) delete process.env.MASHBOX_HOME;
+    else process.env.MASHBOX_HOME = savedHome;
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  it("reports the addon and kernel set, the model's sha256 and a passed gate, the same on every call", async () => {
+    const s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    try {
+      const h = await health(s.url);
+      const addon = sha256(addonPath()).slice(0, 16);
+      expect(h.deployment_id).to.match(new RegExp(`^${addon}-(avx512vnni|avx2|ref)$`));
+      expect(h.component_set_sha).to.equal(sha256(model));
+      expect(h.certification).to.equal("passed");
+      expect(h.compiles_after_ready).to.equal(null);
+      const again = await health(s.url);
+      for (const k of ["deployment_id", "component_set_sha", "certification", "compiles_after_ready"]) expect(again[k], k).to.deep.equal(h[k]);
+      const cache = JSON.parse(readFileSync(join(home, "hashes.json"), "utf8"));
+      expect(cache[model].sha256).to.equal(sha256(model));
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("takes the digest from the cache while size and mtime match, and hashes a changed file again", async () => {
+    const cacheFile = join(home, "hashes.json");
+    const cache = JSON.parse(readFileSync(cacheFile, "utf8"));
+    const planted = "ab".repeat(32);
+    cache[model].sha256 = planted;  // what only a cache read can report
+    writeFileSync(cacheFile, JSON.stringify(cache));
+    let s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    try {
+      expect((await health(s.url)).component_set_sha).to.equal(planted);
+    } finally {
+      await s.close();
+    }
+    const later = new Date(Date.now() + 60_000);
+    utimesSync(model, later, later);
+    s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    try {
+      expect((await health(s.url)).component_set_sha).to.equal(sha256(model));
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("kernel set names differ by set: MB_KERNELS=ref gives another deployment_id, also certified", async () => {
+    const saved = process.env.MB_KERNELS;
+    process.env.MB_KERNELS = "ref";
+    let s;
+    try {
+      s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    } finally {
+      if (saved === undefined) delete process.env.MB_KERNELS;
+      else process.env.MB_KERNELS = saved;
+    }
+    try {
+      const h = await health(s.url);
+      expect(h.deployment_id).to.equal(`${sha256(addonPath()).slice(0, 16)}-ref`);
+      expect(h.certification).to.equal("passed");
+    } finally {
+      await s.close();
+    }
+  });
+});
