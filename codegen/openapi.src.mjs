@@ -226,11 +226,15 @@ schemas.MashboxHealth = {
     compiles_after_ready: { type: ["integer", "null"], minimum: 0, description: "Programs compiled since the server reported ready (null before ready or where not counted)." },
     routed_experts: {
       type: ["object", "null"],
-      description: "Mixture-of-experts models only: the path the routed experts run on. Null for a dense model.",
+      description: "Mixture-of-experts models only: the path the routed experts run on. Null for a dense model and before the first routed call.",
       properties: {
         path: { type: "string", enum: ["kernel", "exact", "mixed"] },
         kernel: { type: ["object", "null"] },
-        sites: { type: "object" },
+        sites: {
+          type: "object",
+          description: "Per path (kernel, exact), the routed call sites that ran on it and their call counts.",
+          additionalProperties: { type: "object", additionalProperties: { type: "integer", minimum: 0 } },
+        },
         exact_why: { type: ["string", "null"] },
       },
     },

@@ -404,6 +404,11 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("host_cache_persistent", hc.persistent);
     const std::string ns = loaded_->sched->cache_namespace();
     o.Set("cache_namespace", ns.empty() ? env.Null() : Napi::String::New(env, ns));
+    if (!st.routed_expert_calls.empty()) {
+      auto calls = Napi::Object::New(env);
+      for (const auto& [site, n] : st.routed_expert_calls) calls.Set(site, double(n));
+      o.Set("routed_expert_calls", calls);
+    }
     return o;
   }
 

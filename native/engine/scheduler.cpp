@@ -104,6 +104,7 @@ void Scheduler::publish_stats() {
   st.prefix_lookup_tokens = prefix_lookup_tokens_;
   st.steps = steps_;
   if (cache_) st.host_cache = cache_->stats();
+  st.routed_expert_calls = model_->routed_expert_calls();  // this thread runs the forward passes
   std::lock_guard<std::mutex> lk(mu_);
   st.waiting = int(waiting_.size() + incoming_.size());
   stats_ = st;

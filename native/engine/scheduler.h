@@ -75,6 +75,7 @@ struct SchedulerStats {
   int64_t prefix_lookup_tokens = 0;
   int64_t steps = 0;
   PromptCacheStats host_cache;     // all zero when the host cache is off
+  std::vector<std::pair<std::string, int64_t>> routed_expert_calls;  // Model::routed_expert_calls()
 };
 
 struct SchedulerOptions {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mb {
@@ -77,5 +78,9 @@ class Model {
   virtual void kv_read(int, int, int, uint8_t*) const { throw std::logic_error("model: kv_read unsupported"); }
   // Slot's K/V at [pos, pos + n) = src; pos <= the slot's length, which becomes pos + n.
   virtual void kv_write(int, int, int, const uint8_t*) { throw std::logic_error("model: kv_write unsupported"); }
+  // Mixture-of-experts models: each routed-expert call site (a tensor role, e.g. ffn_up_exps) and
+  // how many expert matmuls it has run so far; empty for a dense model. Health reports the path
+  // they run on from it, so it counts calls that happened, not the ones the code could make.
+  virtual std::vector<std::pair<std::string, int64_t>> routed_expert_calls() const { return {}; }
 };
 }  // namespace mb

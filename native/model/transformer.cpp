@@ -292,12 +292,20 @@ void Transformer::run_experts(const MoeWeights& w, const std::vector<float>& xn,
     for (int i = 0; i < n; i++)
       std::memcpy(&xe_[(size_t)i * D_], &xn[(size_t)(members_[i] / Ek) * D_], (size_t)D_ * 4);
     matmul(w.gate.expert(e), xe_.data(), gate_.data(), n, pool_, &mm_scratch_);
+    gate_exps_calls_++;
     matmul(w.up.expert(e), xe_.data(), up_.data(), n, pool_, &mm_scratch_);
+    up_exps_calls_++;
     par_for(n, [&](int i) { silu_mul(&gate_[(size_t)i * F_], &up_[(size_t)i * F_], F_); });
     matmul(w.down.expert(e), gate_.data(), ye_.data(), n, pool_, &mm_scratch_);
+    down_exps_calls_++;
     for (int i = 0; i < n; i++)
       std::memcpy(&res[(size_t)members_[i] * D_], &ye_[(size_t)i * D_], (size_t)D_ * 4);
   }
+}
+
+std::vector<std::pair<std::string, int64_t>> Transformer::routed_expert_calls() const {
+  if (cfg_.n_expert <= 0) return {};
+  return {{"ffn_gate_exps", gate_exps_calls_}, {"ffn_up_exps", up_exps_calls_}, {"ffn_down_exps", down_exps_calls_}};
 }
 
 void Transformer::logits_of_wanted(const Chunk& c, const std::vector<float>& x, float* logits) {

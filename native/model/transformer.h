@@ -51,6 +51,7 @@ class Transformer : public Model {
   std::string kv_type() const override { return "f16"; }  // k_cache_ / v_cache_ below
   void kv_read(int slot, int pos, int n, uint8_t* dst) const override;
   void kv_write(int slot, int pos, int n, const uint8_t* src) override;
+  std::vector<std::pair<std::string, int64_t>> routed_expert_calls() const override;
 
  protected:
   // The architecture's forward pass over one chunk: writes K/V of every row into the cache and
@@ -147,6 +148,7 @@ class Transformer : public Model {
   std::vector<int> members_;                // [Tm] (t * Ek + k) routed to the current expert
   std::vector<float> xe_;                   // [Tm, D] their inputs, gathered
   std::vector<float> ye_;                   // [Tm, D] the expert's outputs
+  int64_t gate_exps_calls_ = 0, up_exps_calls_ = 0, down_exps_calls_ = 0;  // matmuls run per site
 };
 
 template <class Fn>

@@ -543,6 +543,7 @@ class WorkerEngine implements ManagedEngine {
             host_cache_evictions: n.host_cache_evictions,
             host_cache_restored_tokens: n.host_cache_restored_tokens,
             cache_namespace: n.cache_namespace,
+            ...(n.routed_expert_calls ? { routed_expert_calls: n.routed_expert_calls } : {}),
           }
         : {}),
       ...this.identity,

@@ -119,6 +119,8 @@ export interface NativeStats {
   /** The cache lives in a file a restarted worker maps again. */
   host_cache_persistent: boolean;
   cache_namespace: string | null;
+  /** MoE models: expert matmuls each routed call site has run (ffn_gate_exps, ...); absent for a dense model. */
+  routed_expert_calls?: Record<string, number>;
 }
 
 export interface NativeEngine {

@@ -796,13 +796,18 @@ export interface components {
             host_cache_evictions?: number;
             /** @description Requests being answered now. */
             live_rows?: number | null;
-            /** @description Mixture-of-experts models only: the path the routed experts run on. Null for a dense model. */
+            /** @description Mixture-of-experts models only: the path the routed experts run on. Null for a dense model and before the first routed call. */
             routed_experts?: {
                 exact_why?: string | null;
                 kernel?: Record<string, never> | null;
                 /** @enum {string} */
                 path?: "kernel" | "exact" | "mixed";
-                sites?: Record<string, never>;
+                /** @description Per path (kernel, exact), the routed call sites that ran on it and their call counts. */
+                sites?: {
+                    [key: string]: {
+                        [key: string]: number;
+                    };
+                };
             } | null;
             /**
              * Format: int64

@@ -9,6 +9,20 @@ export function isReady(deps: AppDeps): boolean {
   return deps.engine.state === "ready";
 }
 
+// This engine has no routed-expert kernel: each expert a chunk selects runs as a dense GEMM over
+// the rows routed to it (native/model/transformer.cpp, run_experts), so every site is on the
+// exact path. Null until an expert call has run (and always for a dense model).
+function routedExperts(calls: Record<string, number> | undefined): Health["routed_experts"] {
+  if (!calls || !Object.values(calls).some((n) => n > 0)) return null;
+  const ran = Object.fromEntries(Object.entries(calls).filter(([, n]) => n > 0));
+  return {
+    path: "exact",
+    kernel: null,
+    sites: { exact: ran },
+    exact_why: "no routed-expert kernel in this build: each selected expert runs as a dense GEMM over the rows routed to it",
+  };
+}
+
 export function healthBody(deps: AppDeps): Health {
   const ready = isReady(deps);
   const s = deps.engine.stats();
@@ -33,7 +47,7 @@ export function healthBody(deps: AppDeps): Health {
     // The kernels are compiled ahead of time and nothing compiles at run time, so there is
     // nothing to count (the spec's null for a process that does not count them).
     compiles_after_ready: null,
-    routed_experts: null,
+    routed_experts: routedExperts(s.routed_expert_calls),
     worker_restarts: s.worker_restarts,
   };
   if (s.worker_pid !== null) body.worker_pid = s.worker_pid;

@@ -1,7 +1,8 @@
 // Health's identity fields through HTTP on a real engine: deployment_id (the addon's bytes and
 // the kernel set), component_set_sha (the model file's sha256, cached by path, size and mtime in
 // $MASHBOX_HOME/hashes.json), certification (the start-up kernel gate, "passed" on this CPU) and
-// compiles_after_ready (null: nothing compiles at run time). The gate's failing path is tested
+// compiles_after_ready (null: nothing compiles at run time) and routed_experts (the MoE path and
+// the routed call sites that ran). The gate's failing path is tested
 // natively (native/kernels/tests/test_kernels.cpp, test_certify) with deliberately wrong kernels.
 import { expect } from "chai";
 import { createHash } from "node:crypto";
@@ -9,7 +10,7 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { addonPath } from "../../src/engine/native.js";
-import { defaultModelPath, startTestServer } from "../helpers/server.js";
+import { defaultModelPath, postJson, startTestServer } from "../helpers/server.js";
 
 const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
@@ -92,6 +93,37 @@ describe("Health identity fields", function () {
       expect(h.certification).to.equal("passed");
     } finally {
       await s.close();
+    }
+  });
+
+  it("routed_experts: null on a dense model, on qwen3moe the exact path and the sites that ran, counted", async () => {
+    const chat = (url: string) =>
+      postJson(url + "/v1/chat/completions", { messages: [{ role: "user", content: "Hi" }], max_tokens: 3 });
+    const dense = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    try {
+      expect((await chat(dense.url)).status).to.equal(200);
+      expect((await health(dense.url)).routed_experts).to.equal(null);
+    } finally {
+      await dense.close();
+    }
+    const moe = await startTestServer({ model_path: "test/fixtures/qwen3moe-q8_0.gguf", slots: 1, ctx: 128 });
+    try {
+      const before = await health(moe.url);
+      expect(before.certification).to.equal("passed");
+      expect(before.routed_experts, "before any routed call").to.equal(null);
+      expect((await chat(moe.url)).status).to.equal(200);
+      const first = (await health(moe.url)).routed_experts as { path: string; kernel: unknown; sites: { exact: Record<string, number> }; exact_why: string };
+      expect(first.path).to.equal("exact");
+      expect(first.kernel).to.equal(null);
+      expect(first.exact_why).to.be.a("string").and.not.equal("");
+      expect(Object.keys(first.sites)).to.deep.equal(["exact"]);
+      expect(Object.keys(first.sites.exact).sort()).to.deep.equal(["ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"]);
+      for (const n of Object.values(first.sites.exact)) expect(n).to.be.greaterThan(0);
+      expect((await chat(moe.url)).status).to.equal(200);
+      const second = (await health(moe.url)).routed_experts as typeof first;
+      for (const [site, n] of Object.entries(second.sites.exact)) expect(n, site).to.be.greaterThan(first.sites.exact[site]);
+    } finally {
+      await moe.close();
     }
   });
 });
