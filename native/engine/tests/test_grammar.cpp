@@ -7,7 +7,7 @@
 
 #include "../grammar.h"
 #include "../sampler.h"
-#include "check.h"
+#include "../../util/tests/check.h"
 
 using namespace mb;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../prompt_cache.h"
-#include "check.h"
+#include "../../util/tests/check.h"
 
 using namespace mb;
 

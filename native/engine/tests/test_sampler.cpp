@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "../sampler.h"
-#include "check.h"
+#include "../../util/tests/check.h"
 
 using mb::Sampler;
 using mb::SamplerParams;

@@ -14,7 +14,7 @@
 #include "../../model/model.h"
 #include "../../tokenizer/tokenizer.h"
 #include "../scheduler.h"
-#include "check.h"
+#include "../../util/tests/check.h"
 
 using namespace mb;
 

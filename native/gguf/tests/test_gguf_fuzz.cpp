@@ -9,19 +9,11 @@
 #include <vector>
 
 #include "gguf.h"
+#include "../../util/tests/check.h"
 
 using namespace mb;
 
 namespace {
-int g_fail = 0;
-#define CHECK(c)                                                   \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      ++g_fail;                                                    \
-    }                                                              \
-  } while (0)
-
 struct Writer {
   std::vector<uint8_t> b;
   template <class T> void put(T v) {
@@ -168,10 +160,5 @@ int main() {
   std::printf("random mutations: %d errors, %d parsed\n", errors, parsed);
   CHECK(errors > 0 && parsed > 0);  // both paths exercised, or the mutator is broken
 
-  if (g_fail) {
-    std::fprintf(stderr, "%d checks failed\n", g_fail);
-    return 1;
-  }
-  std::printf("ok\n");
-  return 0;
+  TEST_MAIN_END();
 }

@@ -25,25 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "check_counted.h"
 #include "dispatch.h"
 #include "ref/ref.h"
 
 using namespace mb;
 using namespace mb::kq;
-
-static int g_fail = 0, g_checks = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    g_checks++;                                            \
-    if (!(cond)) {                                         \
-      g_fail++;                                            \
-      if (g_fail < 40) {                                   \
-        std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-        std::printf(__VA_ARGS__);                          \
-        std::printf("\n");                                 \
-      }                                                    \
-    }                                                      \
-  } while (0)
 
 static std::mt19937 rng(7);
 

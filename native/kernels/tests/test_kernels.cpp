@@ -12,26 +12,13 @@
 #include <vector>
 
 #include "certify.h"
+#include "check_counted.h"
 #include "dispatch.h"
 #include "ref/ref.h"
 #include "util/threadpool.h"
 
 using namespace mb;
 using namespace mb::kq;
-
-static int g_fail = 0, g_checks = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    g_checks++;                                            \
-    if (!(cond)) {                                         \
-      g_fail++;                                            \
-      if (g_fail < 40) {                                   \
-        std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-        std::printf(__VA_ARGS__);                          \
-        std::printf("\n");                                 \
-      }                                                    \
-    }                                                      \
-  } while (0)
 
 static std::mt19937 rng(42);
 static float urand(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }

@@ -13,15 +13,9 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "util/threadpool.h"
+#include "../../util/tests/check.h"
 
 namespace {
-int failures = 0;
-void check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("FAIL %s\n", what.c_str());
-    failures++;
-  }
-}
 float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); i++) m = std::fmax(m, std::fabs(a[i] - b[i]));
@@ -124,6 +118,6 @@ int main(int argc, char** argv) {
     std::printf("FAIL no fixture GGUFs in %s (run npm run fixtures)\n", dir.c_str());
     return 1;
   }
-  std::printf(failures ? "%d failures\n" : "all model tests passed\n", failures);
-  return failures ? 1 : 0;
+  std::printf(g_failures ? "%d failures\n" : "all model tests passed\n", g_failures);
+  return g_failures ? 1 : 0;
 }

@@ -14,16 +14,9 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "util/threadpool.h"
+#include "../../util/tests/check.h"
 
 namespace {
-
-int failures = 0;
-void check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("FAIL %s\n", what.c_str());
-    failures++;
-  }
-}
 
 // Dimensions of the synthetic models (Dh != D / H, as qwen3 allows).
 constexpr int D = 32, H = 2, HK = 1, DH = 24, F = 64, V = 40, L = 2, E = 4, EK = 2;
@@ -150,6 +143,6 @@ int main() {
     std::printf("ok %s: %d required tensors each refused when missing, %zu optional\n", arch.c_str(), n_required,
                 optional.size());
   }
-  std::printf(failures ? "%d failures\n" : "all required-tensor tests passed\n", failures);
-  return failures ? 1 : 0;
+  std::printf(g_failures ? "%d failures\n" : "all required-tensor tests passed\n", g_failures);
+  return g_failures ? 1 : 0;
 }

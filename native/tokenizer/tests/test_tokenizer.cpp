@@ -9,19 +9,11 @@
 #include "pretokenize.h"
 #include "tokenizer.h"
 #include "unicode.h"
+#include "../../util/tests/check.h"
 
 using namespace mb;
 
 namespace {
-int g_fail = 0;
-#define CHECK(c)                                                                \
-  do {                                                                          \
-    if (!(c)) {                                                                 \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      ++g_fail;                                                                 \
-    }                                                                           \
-  } while (0)
-
 std::vector<std::string> words(const std::string& s, std::vector<pretok::Split> sp) {
   return pretok::split_words(s, sp);
 }
@@ -90,7 +82,7 @@ int main() {
     }
     acc += st.flush();
     CHECK(acc == sample);
-    if (g_fail) break;
+    if (g_failures) break;
   }
   {
     Utf8Stream st;
@@ -101,10 +93,5 @@ int main() {
     CHECK(st.push("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogates never complete
   }
 
-  if (g_fail) {
-    std::fprintf(stderr, "%d checks failed\n", g_fail);
-    return 1;
-  }
-  std::printf("ok\n");
-  return 0;
+  TEST_MAIN_END();
 }
