@@ -152,7 +152,7 @@ class WorkerEngine implements ManagedEngine {
           add_bos: info.add_bos,
           control_tokens: info.control_tokens,
         };
-        this.identity = { deployment_id: info.deployment_id ?? null, component_set_sha: info.component_set_sha ?? null, certification: info.certification };
+        this.identity = { ...this.identity, deployment_id: info.deployment_id ?? null, certification: info.certification };
         this.state = "ready";
         this.readyResolve();
         const again = this.resend;
@@ -164,6 +164,7 @@ class WorkerEngine implements ManagedEngine {
         for (const e of evs) this.onNativeEvent(e);
       },
       stats: (stats) => (this.nativeStats = stats),
+      identity: (component_set_sha) => (this.identity = { ...this.identity, component_set_sha }),
       down: () => this.onWorkerDown(),
       load_failed: (message) => {
         this.state = "failed";

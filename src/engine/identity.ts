@@ -4,7 +4,8 @@
 //    two servers with the same id run the same machine code on the same kind of chip.
 //  - component_set_sha: sha256 of the model file, which is all its tensors and metadata. Hashing
 //    gigabytes takes seconds, so the digest is kept in $MASHBOX_HOME/hashes.json (default
-//    ~/.cache/mashbox) under the file's path, size and mtime; a changed file is hashed again.
+//    ~/.cache/mashbox) under the file's path, size and mtime; a changed file is hashed again. The
+//    worker does not wait for a first hash to report ready (Health says null until it lands).
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";

@@ -44,7 +44,6 @@ export interface NativeModelInfo {
   certification: string;
   /** Filled in by the worker (identity.ts), not the addon. */
   deployment_id?: string;
-  component_set_sha?: string;
   /** K/V bytes of one position of one slot (what the host cache stores per token). */
   kv_token_bytes: number;
 }

@@ -22,6 +22,8 @@ export interface WorkerListener {
   ready(info: NativeModelInfo): void;
   events(evs: (NativeEvent | WorkerReject)[], stats: NativeStats): void;
   stats(stats: NativeStats): void;
+  /** The model file's sha256 (identity.ts), once the worker has it: after ready on a first hash. */
+  identity(component_set_sha: string): void;
   /** The worker died or faulted; a new one is being started. */
   down(cause: string): void;
   /** The very first load failed (a bad model file): nothing is restarted. */
@@ -132,6 +134,9 @@ export class WorkerClient {
         break;
       case "stats":
         this.on.stats(m.stats);
+        break;
+      case "identity":
+        this.on.identity(m.component_set_sha);
         break;
     }
   }

@@ -51,7 +51,8 @@ export type FromWorker =
   | { t: "reply"; rid: number; ok: boolean; value?: unknown; message?: string }
   | { t: "events"; evs: (NativeEvent | WorkerReject)[]; stats: import("./native.js").NativeStats }
   | { t: "stats"; stats: import("./native.js").NativeStats }
-  | { t: "fault"; message: string };
+  | { t: "fault"; message: string }
+  | { t: "identity"; component_set_sha: string };
 
 /** Exit status after a fault (EX_SOFTWARE). */
 const FAULT_EXIT = 70;
@@ -97,9 +98,10 @@ function main(): void {
           break;
         }
         n_ctx = m.opts.n_ctx;
-        // Hashed while the weights load (a cached digest costs a stat).
+        // Hashed while the weights load (a cached digest costs a stat); a first hash of a big
+        // file may finish after the worker is ready, and follows as its own message.
         const componentSet = componentSetSha(m.opts.model_path);
-        componentSet.catch(() => {});
+        componentSet.catch(() => {}); // unreadable: Health keeps null
         engine
           .load(m.opts, (evs) => {
             const fault = evs.find((e) => e.type === "error" && e.fault === true);
@@ -115,9 +117,10 @@ function main(): void {
             send({ t: "events", evs, stats: engine!.stats() });
           })
           .then(async (loaded) => {
-            const [component_set_sha, deployment_id] = await Promise.all([componentSet, deploymentId(addonPath(), loaded.kernels)]);
+            const deployment_id = await deploymentId(addonPath(), loaded.kernels);
             // Stats with it: what a restarted worker found in the host cache shows at once.
-            send({ t: "ready", info: { ...loaded, component_set_sha, deployment_id }, pid: process.pid, stats: engine!.stats() });
+            send({ t: "ready", info: { ...loaded, deployment_id }, pid: process.pid, stats: engine!.stats() });
+            componentSet.then((component_set_sha) => send({ t: "identity", component_set_sha }), () => {});
           })
           .catch((e: Error) => send({ t: "load_error", message: e.message }));
         break;

@@ -1,9 +1,9 @@
 // Health's identity fields through HTTP on a real engine: deployment_id (the addon's bytes and
 // the kernel set), component_set_sha (the model file's sha256, cached by path, size and mtime in
-// $MASHBOX_HOME/hashes.json), certification (the start-up kernel gate, "passed" on this CPU) and
-// compiles_after_ready (null: nothing compiles at run time) and routed_experts (the MoE path and
-// the routed call sites that ran). The gate's failing path is tested
-// natively (native/kernels/tests/test_kernels.cpp, test_certify) with deliberately wrong kernels.
+// $MASHBOX_HOME/hashes.json; null until the worker has it), certification (the start-up kernel
+// gate, "passed" on this CPU), compiles_after_ready (null: nothing compiles at run time) and
+// routed_experts (the MoE path and the routed call sites that ran). The gate's failing path is
+// tested natively (native/kernels/tests/test_kernels.cpp, test_certify) with wrong kernels.
 import { expect } from "chai";
 import { createHash } from "node:crypto";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
@@ -18,6 +18,16 @@ async function health(url: string): Promise<Record<string, unknown>> {
   const r = await fetch(url + "/v1/health");
   expect(r.status).to.equal(200);
   return (await r.json()) as Record<string, unknown>;
+}
+
+/** Health once the worker has sent the model's digest (a first hash may follow readiness). */
+async function hashedHealth(url: string): Promise<Record<string, unknown>> {
+  for (let i = 0; i < 200; i++) {
+    const h = await health(url);
+    if (h.component_set_sha !== null) return h;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("component_set_sha still null after 10 s");
 }
 
 describe("Health identity fields", function () {
@@ -40,7 +50,7 @@ describe("Health identity fields", function () {
   it("reports the addon and kernel set, the model's sha256 and a passed gate, the same on every call", async () => {
     const s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
     try {
-      const h = await health(s.url);
+      const h = await hashedHealth(s.url);
       const addon = sha256(addonPath()).slice(0, 16);
       expect(h.deployment_id).to.match(new RegExp(`^${addon}-(avx512vnni|avx2|ref)$`));
       expect(h.component_set_sha).to.equal(sha256(model));
@@ -63,7 +73,7 @@ describe("Health identity fields", function () {
     writeFileSync(cacheFile, JSON.stringify(cache));
     let s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
     try {
-      expect((await health(s.url)).component_set_sha).to.equal(planted);
+      expect((await hashedHealth(s.url)).component_set_sha).to.equal(planted);
     } finally {
       await s.close();
     }
@@ -71,7 +81,7 @@ describe("Health identity fields", function () {
     utimesSync(model, later, later);
     s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
     try {
-      expect((await health(s.url)).component_set_sha).to.equal(sha256(model));
+      expect((await hashedHealth(s.url)).component_set_sha).to.equal(sha256(model));
     } finally {
       await s.close();
     }
