@@ -183,8 +183,9 @@ void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   kq::active_table().rmsnorm(out, x, weight, n, eps);
 }
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox) {
-  kq::ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, neox);
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
+          const float* freq_factors, float attn_factor) {
+  kq::ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, neox, freq_factors, attn_factor);
 }
 void silu_mul(float* gate, const float* up, int n) { kq::active_table().silu_mul(gate, up, n); }
 void softmax(float* x, int n) { kq::active_table().softmax(x, n); }

@@ -54,7 +54,11 @@ std::string certify_kernels(const std::vector<QMatrix>& weight_samples);
 
 // Elementwise / small ops (fp32). x and out may alias unless stated.
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);  // out[n]
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox);  // x[n_heads*head_dim] in place
+// RoPE of x[n_heads*head_dim] in place, on the first rope_dim dims of each head. As ggml_rope_ext:
+// pair i's angle is divided by freq_factors[i] ([rope_dim/2], LongRoPE; null = 1) and its cos and
+// sin are multiplied by attn_factor (ggml's mscale), so only the rotated dims are scaled.
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
+          const float* freq_factors = nullptr, float attn_factor = 1.0f);
 void silu_mul(float* gate, const float* up, int n);  // gate[n] = silu(gate) * up
 void softmax(float* x, int n);                      // in place
 void add(float* out, const float* a, int n);        // out += a

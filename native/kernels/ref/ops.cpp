@@ -18,7 +18,8 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
 }
 
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox) {
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
+          const float* freq_factors, float attn_factor) {
   const float theta_scale = std::pow(freq_base, -2.0f / (float)rope_dim);
   // one angle table per call; every head uses the same angles
   const int half = rope_dim / 2;
@@ -28,8 +29,10 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq
   if (half > 256) { heap_cs.resize((size_t)half * 2); cs = heap_cs.data(); }
   float theta = (float)pos;
   for (int i = 0; i < half; i++) {
-    cs[2 * i] = std::cos(theta);
-    cs[2 * i + 1] = std::sin(theta);
+    // ggml divides the angle, then rounds cos and sin before scaling them (x / 1 and x * 1 are exact)
+    const float angle = freq_factors ? theta / freq_factors[i] : theta;
+    cs[2 * i] = std::cos(angle) * attn_factor;
+    cs[2 * i + 1] = std::sin(angle) * attn_factor;
     theta *= theta_scale;
   }
   for (int h = 0; h < n_heads; h++) {

@@ -32,7 +32,8 @@ float dot_q5_K(int64_t k, const void* w, const void* x);   // x is q8_K
 float dot_q6_K(int64_t k, const void* w, const void* x);   // x is q8_K
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox);
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
+          const float* freq_factors = nullptr, float attn_factor = 1.0f);
 void silu_mul(float* gate, const float* up, int n);
 void softmax(float* x, int n);
 void add(float* out, const float* a, int n);

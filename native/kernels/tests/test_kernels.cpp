@@ -446,6 +446,27 @@ static void test_rope() {
   }
 }
 
+  // LongRoPE factors divide each pair's angle: factor 2 everywhere at position 34 is position 17
+  // (halving and doubling are exact), factors of 1 change nothing, and attn_factor scales the
+  // rotated dims only
+  for (bool neox : {false, true}) {
+    const std::vector<float> two(16, 2.f), one(16, 1.f);
+    auto y = x, z = x, w = x;
+    rope(y.data(), H, Dh, 32, 34, 10000.f, neox, two.data());
+    rope(z.data(), H, Dh, 32, 17, 10000.f, neox);
+    CHECK(y == z, "rope with factors of 2 at pos 34 must equal pos 17 (neox=%d)", neox);
+    y = x;
+    rope(y.data(), H, Dh, 32, 17, 10000.f, neox, one.data());
+    CHECK(y == z, "rope with factors of 1 must equal no factors (neox=%d)", neox);
+    rope(w.data(), H, Dh, 32, 0, 10000.f, neox, nullptr, 1.5f);
+    int bad = 0;
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < Dh; i++) {
+        const bool rotated = i < 32;  // both layouts rotate dims [0, 32)
+        if (w[h * Dh + i] != (rotated ? x[h * Dh + i] * 1.5f : x[h * Dh + i])) bad++;
+      }
+    CHECK(bad == 0, "rope attn_factor must scale the rotated dims only (neox=%d): %d bad", neox, bad);
+  }
 // The 8-token GEMM must give the AVX2 tile kernels' bits for every token, whatever the group split
 // (full groups, a short last group, leftovers below kGemm8MinTokens, odd row counts).
 static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, ThreadPool* pool) {
