@@ -119,6 +119,7 @@ bool known_type(uint32_t t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
     case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q8_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::Q8_K: case GgmlType::BF16:
+    case GgmlType::MXFP4:
       return true;
   }
   return false;
@@ -151,6 +152,7 @@ size_t ggml_block_bytes(GgmlType t) {
     case GgmlType::Q5_K: return 176;
     case GgmlType::Q6_K: return 210;
     case GgmlType::Q8_K: return 292;
+    case GgmlType::MXFP4: return 17;
   }
   throw GgufError("gguf: unknown type " + std::to_string(static_cast<uint32_t>(t)));
 }
@@ -159,7 +161,7 @@ int ggml_block_elems(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return 1;
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
-    case GgmlType::Q8_1: return 32;
+    case GgmlType::Q8_1: case GgmlType::MXFP4: return 32;
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
     case GgmlType::Q8_K: return 256;
   }
@@ -183,6 +185,7 @@ const char* ggml_type_name(GgmlType t) {
     case GgmlType::Q5_K: return "Q5_K";
     case GgmlType::Q6_K: return "Q6_K";
     case GgmlType::Q8_K: return "Q8_K";
+    case GgmlType::MXFP4: return "MXFP4";
   }
   return "unknown";
 }

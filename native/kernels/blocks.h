@@ -30,6 +30,8 @@ struct block_q4_K { half d; half dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[
 struct block_q5_K { half d; half dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; half d; };
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };  // bsums: sums of 16
+// OCP microscaling FP4: 32 E2M1 values (low nibbles are elements 0..15) and one E8M0 scale 2^(e-127).
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK / 2]; };             // x = kvalues_mxfp4[nibble] * 2^(e-128)
 #pragma pack(pop)
 
 static_assert(sizeof(block_q4_0) == 18, "q4_0");
@@ -42,6 +44,7 @@ static_assert(sizeof(block_q4_K) == 144, "q4_K");
 static_assert(sizeof(block_q5_K) == 176, "q5_K");
 static_assert(sizeof(block_q6_K) == 210, "q6_K");
 static_assert(sizeof(block_q8_K) == 292, "q8_K");
+static_assert(sizeof(block_mxfp4) == 17, "mxfp4");
 
 // Helpers here are static inline: an out-of-line copy emitted by the AVX2-compiled file must never
 // be the one the scalar files link to (that would run AVX2 code on a CPU without it).
@@ -83,6 +86,11 @@ static inline half f2h(float f) {
   return (half)(sign | (((ax >> 13) - (112u << 10)) & 0x7fff));
 }
 
+// E2M1 values doubled (so they are integers; the scale below is halved to match), as ggml has them.
+alignas(16) static constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// Half the E8M0 scale, 2^(e-128) (ggml_e8m0_to_fp32_half: the two smallest are subnormals).
+static inline float e8m0_half(uint8_t e) { return bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23); }
+
 static inline float bf2f(bf16 h) { return bits_to_f32((uint32_t)h << 16); }
 // Round-to-nearest-even; NaN stays a quiet NaN (ggml does the same).
 static inline bf16 f2bf(float f) {
@@ -121,7 +129,7 @@ bool is_supported(GgmlType t);
 size_t block_bytes(GgmlType t);
 int block_elems(GgmlType t);
 
-enum TypeSlot { S_F32, S_F16, S_BF16, S_Q4_0, S_Q4_1, S_Q5_0, S_Q5_1, S_Q8_0, S_Q4_K, S_Q5_K, S_Q6_K, S_COUNT };
+enum TypeSlot { S_F32, S_F16, S_BF16, S_Q4_0, S_Q4_1, S_Q5_0, S_Q5_1, S_Q8_0, S_Q4_K, S_Q5_K, S_Q6_K, S_MXFP4, S_COUNT };
 int type_slot(GgmlType t);  // -1 if the type has no dot product
 
 }  // namespace kq

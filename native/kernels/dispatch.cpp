@@ -55,6 +55,7 @@ const KernelTable& ref_table() {
     k.dot[S_Q4_K] = ref::dot_q4_K;
     k.dot[S_Q5_K] = ref::dot_q5_K;
     k.dot[S_Q6_K] = ref::dot_q6_K;
+    k.dot[S_MXFP4] = ref::dot_mxfp4;
     k.rmsnorm = ref::rmsnorm;
     k.softmax = ref::softmax;
     k.silu_mul = ref::silu_mul;
@@ -87,6 +88,8 @@ static KernelTable build_avx2() {
   k.tile[S_Q5_0] = avx2::legacy_tile<GgmlType::Q5_0>;
   k.tile[S_Q5_1] = avx2::legacy_tile<GgmlType::Q5_1>;
   k.tile[S_Q8_0] = avx2::legacy_tile<GgmlType::Q8_0>;
+  k.dot[S_MXFP4] = avx2::legacy_dot<GgmlType::MXFP4>;
+  k.tile[S_MXFP4] = avx2::legacy_tile<GgmlType::MXFP4>;
   k.dot[S_Q4_K] = avx2::dot_q4_K;
   k.dot[S_Q5_K] = avx2::dot_q5_K;
   k.dot[S_Q6_K] = avx2::dot_q6_K;
@@ -127,6 +130,7 @@ static KernelTable build_avx512() {
   k.gemm8[S_Q8_0] = avx512::gemm8_q8_0;
   k.gemm8[S_Q4_K] = avx512::gemm8_q4_K;
   k.gemm8[S_Q6_K] = avx512::gemm8_q6_K;
+  k.gemm8[S_MXFP4] = avx512::gemm8_mxfp4;
   k.attention = avx512::flash_attention_f32;
   k.attention_scratch = avx512::flash_attention_f32_scratch_floats;
   return k;

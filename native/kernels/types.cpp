@@ -13,7 +13,7 @@ bool is_supported(GgmlType t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0:
     case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
     case GgmlType::Q8_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-    case GgmlType::Q8_K: return true;
+    case GgmlType::Q8_K: case GgmlType::MXFP4: return true;
     default: return false;
   }
 }
@@ -36,6 +36,7 @@ size_t block_bytes(GgmlType t) {
     case GgmlType::Q5_K: return sizeof(block_q5_K);
     case GgmlType::Q6_K: return sizeof(block_q6_K);
     case GgmlType::Q8_K: return sizeof(block_q8_K);
+    case GgmlType::MXFP4: return sizeof(block_mxfp4);
     default: unsupported(t);
   }
 }
@@ -54,7 +55,7 @@ GgmlType vec_dot_type(GgmlType t) {
     case GgmlType::F32: return GgmlType::F32;
     case GgmlType::F16: return GgmlType::F16;
     case GgmlType::BF16: return GgmlType::BF16;
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return GgmlType::Q8_0;
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::MXFP4: return GgmlType::Q8_0;
     case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return GgmlType::Q8_K;
     default: unsupported(t);
@@ -74,6 +75,7 @@ int type_slot(GgmlType t) {
     case GgmlType::Q4_K: return S_Q4_K;
     case GgmlType::Q5_K: return S_Q5_K;
     case GgmlType::Q6_K: return S_Q6_K;
+    case GgmlType::MXFP4: return S_MXFP4;
     default: return -1;
   }
 }

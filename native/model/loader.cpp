@@ -27,7 +27,7 @@ void check_matmul_type(const GgufTensor& t) {
   switch (t.type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
     case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
+    case GgmlType::Q6_K: case GgmlType::MXFP4:
       return;
     default:
       break;

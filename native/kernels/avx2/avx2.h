@@ -17,7 +17,7 @@ void to_f16(const float* x, void* y, int64_t k);
 float dot_f32(int64_t k, const void* w, const void* x);
 float dot_f16(int64_t k, const void* w, const void* x);
 float dot_bf16(int64_t k, const void* w, const void* x);
-// Legacy quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): the dot is the 1x1 case of the tile, so a
+// Legacy quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and MXFP4 (same 32-element blocks): the dot is the 1x1 case of the tile, so a
 // token's result is the same alone or inside a batch.
 template <GgmlType WT> float legacy_dot(int64_t k, const void* w, const void* x);
 template <GgmlType WT>

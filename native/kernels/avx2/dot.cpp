@@ -224,6 +224,19 @@ template <> struct Legacy<GgmlType::Q8_0> {
   using W = block_q8_0; using X = block_q8_0; static constexpr bool kMin = false, kSigned = true;
   static __m256i load(const W& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
 };
+// MXFP4: the nibbles index the doubled E2M1 table; the scale is one E8M0 byte, not an f16 pair.
+template <> struct Legacy<GgmlType::MXFP4> {
+  using W = block_mxfp4; using X = block_q8_0; static constexpr bool kMin = false, kSigned = true;
+  static __m256i load(const W& b) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_mxfp4));
+    return _mm256_shuffle_epi8(table, unpack_nibbles_bcast(b.qs));
+  }
+};
+// The weight block's scale in lane 0 (and, with a min, the min in lane 1).
+template <GgmlType WT, class W> inline __m128 weight_scales(const W& b) {
+  if constexpr (WT == GgmlType::MXFP4) return _mm_set_ss(e8m0_half(b.e));
+  else return scales_of(&b);
+}
 
 // lane t of the result = lane 1 (s) of xds[t]
 template <int NT> inline __m128 gather_s(const __m128* xds) {
@@ -270,7 +283,7 @@ inline void legacy_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t*
       wraw[r] = L::load(b);
       // signed weights: multiply |w| by sign(x, w), since maddubs wants one unsigned operand
       wq[r] = L::kSigned ? _mm256_sign_epi8(wraw[r], wraw[r]) : wraw[r];
-      wds[r] = scales_of(&b);
+      wds[r] = weight_scales<WT>(b);
     }
     __m128 xds[NT];
     __m256 dx[NT];
@@ -549,11 +562,13 @@ template float legacy_dot<GgmlType::Q4_1>(int64_t, const void*, const void*);
 template float legacy_dot<GgmlType::Q5_0>(int64_t, const void*, const void*);
 template float legacy_dot<GgmlType::Q5_1>(int64_t, const void*, const void*);
 template float legacy_dot<GgmlType::Q8_0>(int64_t, const void*, const void*);
+template float legacy_dot<GgmlType::MXFP4>(int64_t, const void*, const void*);
 template void legacy_tile<GgmlType::Q4_0>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
 template void legacy_tile<GgmlType::Q4_1>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
 template void legacy_tile<GgmlType::Q5_0>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
 template void legacy_tile<GgmlType::Q5_1>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
 template void legacy_tile<GgmlType::Q8_0>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
+template void legacy_tile<GgmlType::MXFP4>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, size_t);
 
 }  // namespace avx2
 }  // namespace kq

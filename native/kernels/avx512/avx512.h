@@ -9,7 +9,7 @@ namespace avx512 {
 
 // vnni.cpp (needs AVX-512 F/BW/DQ/VL/VNNI): GEMM for groups of up to 8 tokens, the same bits as
 // the AVX2 tile and dot kernels.
-extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_q4_K, gemm8_q6_K;
+extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_q4_K, gemm8_q6_K, gemm8_mxfp4;
 
 // flash_f32.cpp (AVX-512 F/BW/DQ/VL) and flash_bf16.cpp (also AVX-512 BF16): attention in one
 // pass with an online softmax (flash.h), held to ref::flash_attention within a tolerance. The

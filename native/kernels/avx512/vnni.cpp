@@ -1,7 +1,8 @@
 // AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
-// to Q5_0) and for Q4_K and Q6_K (further down, same layout per super-block). Compiled with
-// -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C); dispatch.cpp uses it only after checking the CPU.
+// to Q5_0), MXFP4 (gpt-oss's experts, same 32-element blocks) and for Q4_K and Q6_K (further down,
+// same layout per super-block). Compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
+// dispatch.cpp uses it only after checking the CPU.
 //
 // Dimension legend: K elements per row (nb = K / 32 blocks, K / 256 super-blocks for the K-quants);
 // a group of 8 tokens t; weight rows in pairs (r, r + 1); j in [0, 8) the 4-element group of a
@@ -19,9 +20,9 @@
 // as ((L0+L4)+(L2+L6)) + ((L1+L5)+(L3+L7)), then adds the min term. Here L_j is a register over
 // the 16 pairs, with the same per-lane operations in the same order. The integer sums are exact
 // either way (vpdpbusd does not saturate). vpdpbusd multiplies unsigned by signed bytes, so
-// signed weights (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0) enter with +8 / +16 / +128 and the
-// accumulator starts at -8 / -16 / -128 times the sum of the 4 activations, which the pack step
-// computes once per group.
+// signed weights (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0, MXFP4: -12 .. 12) enter with +8 / +16 /
+// +128 / +12 and the accumulator starts at -C times the sum of the 4 activations, which the pack
+// step computes once per group.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -138,6 +139,24 @@ template <> struct Pair<GgmlType::Q8_0> {
   }
 };
 
+// MXFP4: the doubled E2M1 values (-12 .. 12) via a byte shuffle of the nibbles, + 12.
+template <> struct Pair<GgmlType::MXFP4> {
+  using W = block_mxfp4; static constexpr bool kMin = false; static constexpr int C = 12;
+  static __m256i unsigned_values(const W& b) {
+    const __m256i table = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)kvalues_mxfp4)),
+                                          _mm256_set1_epi8(C));
+    return _mm256_shuffle_epi8(table, q4_values(b.qs));
+  }
+  static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(unsigned_values(b0), unsigned_values(b1), wq); }
+};
+// The weight scales of two blocks as [s0, s1] repeated (an f16 d at byte 0, or MXFP4's E8M0 byte).
+template <GgmlType WT, class W> inline __m512 pair_scales(const W& b0, const W& b1) {
+  if constexpr (WT == GgmlType::MXFP4)
+    return _mm512_broadcast_f32x2(_mm_setr_ps(e8m0_half(b0.e), e8m0_half(b1.e), 0.0f, 0.0f));
+  else
+    return halves2(&b0, &b1, 0);
+}
+
 // The 8 bytes at p in all 8 qwords, as a load-port uop: left to itself the compiler keeps wq in a
 // register and extracts each qword with vpermd + vpbroadcastq, two shuffles per group that compete
 // with vpdpbusd / vcvtdq2ps / vfmadd for the two 512-bit ALU ports.
@@ -183,7 +202,7 @@ void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
     P::values(row0[i], row1[i], wq);
     if constexpr (P::kMin)
       msum = _mm512_fmadd_ps(halves2(&row0[i], &row1[i], 2), _mm512_loadu_ps((const float*)pk + 16), msum);
-    const __m512 scale = _mm512_mul_ps(halves2(&row0[i], &row1[i], 0), _mm512_loadu_ps((const float*)pk));
+    const __m512 scale = _mm512_mul_ps(pair_scales<WT>(row0[i], row1[i]), _mm512_loadu_ps((const float*)pk));
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
       const __m512i start =
@@ -376,6 +395,7 @@ extern const Gemm8 gemm8_q4_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gem
 extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, over_pairs<gemm8_pair<GgmlType::Q5_0>>};
 extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q5_1>>};
 extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, over_pairs<gemm8_pair<GgmlType::Q8_0>>};
+extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, over_pairs<gemm8_pair<GgmlType::MXFP4>>};
 extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
 extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
 

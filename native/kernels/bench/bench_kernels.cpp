@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
       // a Qwen2.5-1.5B-sized projection in the K-quant a Q4_K_M file mostly holds
       {"proj 1536x1536", GgmlType::Q4_K, 1536, 1536},
       {"proj 1536x1536", GgmlType::Q6_K, 1536, 1536},
+      // one gpt-oss-20b expert's gate/up/down (D = F = 2880) in the MXFP4 its GGUFs ship
+      {"expert 2880x2880", GgmlType::MXFP4, 2880, 2880},
   };
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
@@ -50,6 +52,10 @@ int main(int argc, char** argv) {
     // sane f16 scales in every block (at the front; Q6_K's at the end) so no NaNs appear
     const size_t bb = block_bytes(s.type);
     for (size_t o = s.type == GgmlType::Q6_K ? bb - 2 : 0; o < wb; o += bb) {
+      if (s.type == GgmlType::MXFP4) {  // one E8M0 byte: 2^-7
+        w[o] = 120;
+        continue;
+      }
       half h = f2h(0.01f);
       std::memcpy(&w[o], &h, 2);
       if (s.type == GgmlType::Q4_1 || s.type == GgmlType::Q4_K) std::memcpy(&w[o + 2], &h, 2);
@@ -80,7 +86,7 @@ int main(int argc, char** argv) {
           const double ms = best * 1e3, mean_ms = el * 1e3 / iters;
           const double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / iters / nth;
           std::printf("%-24s %-5s %-10s %3d %4d %10.4f %10.4f %10.4f %9.2f %9.2f\n", s.what,
-                      s.type == GgmlType::Q4_1 ? "Q4_1" : s.type == GgmlType::Q4_K ? "Q4_K" : s.type == GgmlType::Q6_K ? "Q6_K" : "Q8_0", kt->name, nth, T, ms, mean_ms, cpu_ms, wb / best / 1e9,
+                      ggml_type_name(s.type), kt->name, nth, T, ms, mean_ms, cpu_ms, wb / best / 1e9,
                       2.0 * T * s.K * s.N / best / 1e9);
         }
       }

@@ -135,6 +135,16 @@ static void deq_q8_K(const block_q8_K* b, float* y, int64_t nb) {
     for (int j = 0; j < QK_K; j++) *y++ = b[i].d * b[i].qs[j];
 }
 
+static void deq_mxfp4(const block_mxfp4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, y += QK) {
+    const float d = e8m0_half(b[i].e);
+    for (int j = 0; j < QK / 2; j++) {
+      y[j] = kvalues_mxfp4[b[i].qs[j] & 0x0F] * d;
+      y[j + QK / 2] = kvalues_mxfp4[b[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
 void dequantize(GgmlType t, const void* x, float* y, int64_t k) {
   const int64_t nb = k / block_elems(t);
   switch (t) {
@@ -151,6 +161,7 @@ void dequantize(GgmlType t, const void* x, float* y, int64_t k) {
     case GgmlType::Q5_K: deq_q5_K((const block_q5_K*)x, y, nb); return;
     case GgmlType::Q6_K: deq_q6_K((const block_q6_K*)x, y, nb); return;
     case GgmlType::Q8_K: deq_q8_K((const block_q8_K*)x, y, nb); return;
+    case GgmlType::MXFP4: deq_mxfp4((const block_mxfp4*)x, y, nb); return;
     default: break;
   }
   throw std::invalid_argument(std::string("kernels: no dequantizer for ggml type ") +
@@ -265,6 +276,22 @@ float dot_q4_0(int64_t k, const void* vw, const void* vx) {
       sumi += ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + QK / 2];
     }
     sumf += sumi * h2f(w[i].d) * h2f(x[i].d);
+  }
+  return sumf;
+}
+
+// ggml_vec_dot_mxfp4_q8_0: the doubled E2M1 values times q8_0, scaled by d_x * 2^(e-128).
+float dot_mxfp4(int64_t k, const void* vw, const void* vx) {
+  auto w = (const block_mxfp4*)vw;
+  auto x = (const block_q8_0*)vx;
+  float sumf = 0;
+  for (int64_t i = 0; i < k / QK; i++) {
+    int sumi = 0;
+    for (int j = 0; j < QK / 2; j++) {
+      sumi += kvalues_mxfp4[w[i].qs[j] & 0x0F] * x[i].qs[j];
+      sumi += kvalues_mxfp4[w[i].qs[j] >> 4] * x[i].qs[j + QK / 2];
+    }
+    sumf += sumi * (h2f(x[i].d) * e8m0_half(w[i].e));
   }
   return sumf;
 }

@@ -30,6 +30,7 @@ float dot_q8_0(int64_t k, const void* w, const void* x);   // x is q8_0
 float dot_q4_K(int64_t k, const void* w, const void* x);   // x is q8_K
 float dot_q5_K(int64_t k, const void* w, const void* x);   // x is q8_K
 float dot_q6_K(int64_t k, const void* w, const void* x);   // x is q8_K
+float dot_mxfp4(int64_t k, const void* w, const void* x);  // x is q8_0
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,

@@ -48,7 +48,7 @@ def main():
     rng = np.random.default_rng(1234)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    for t in (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K):
+    for t in (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.MXFP4):
         src = None
         if t in (T.Q4_K, T.Q5_K, T.Q6_K):
             blocks = random_kquant(t)

@@ -25,7 +25,7 @@ static float urand(float lo, float hi) { return std::uniform_real_distribution<f
 
 static const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
                                         GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
 static const char* tname(GgmlType t) {
   switch (t) {
@@ -33,7 +33,7 @@ static const char* tname(GgmlType t) {
     case GgmlType::Q4_0: return "Q4_0"; case GgmlType::Q4_1: return "Q4_1"; case GgmlType::Q5_0: return "Q5_0";
     case GgmlType::Q5_1: return "Q5_1"; case GgmlType::Q8_0: return "Q8_0"; case GgmlType::Q8_1: return "Q8_1";
     case GgmlType::Q4_K: return "Q4_K"; case GgmlType::Q5_K: return "Q5_K"; case GgmlType::Q6_K: return "Q6_K";
-    case GgmlType::Q8_K: return "Q8_K"; default: return "?";
+    case GgmlType::Q8_K: return "Q8_K"; case GgmlType::MXFP4: return "MXFP4"; default: return "?";
   }
 }
 
@@ -61,6 +61,7 @@ static std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k) {
       case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
         put(o, urand(0.001f, 0.05f)); put(o + 2, urand(-0.3f, 0.3f)); break;
       case GgmlType::Q6_K: put(o + bb - 2, urand(-0.01f, 0.01f)); break;
+      case GgmlType::MXFP4: v[o] = (uint8_t)(118 + rng() % 8); break;  // scales 2^-10 .. 2^-3
       default: break;
     }
   }
@@ -97,7 +98,8 @@ static void test_half_conversions() {
 // Dequantizers and the q8_0 quantizer against gguf-py.
 static void test_vectors(const std::string& dir) {
   static const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                   GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                   GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                   GgmlType::MXFP4};
   int found = 0;
   for (GgmlType t : types) {
     std::string path = dir + "/" + tname(t) + ".bin";
@@ -490,7 +492,8 @@ static void test_gemm8_bits(const KernelTable& vt, const KernelTable& at, Thread
       }
     }
   }
-  CHECK(tested == 7, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, found %d", vt.name, tested);
+  CHECK(tested == 8, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, found %d", vt.name,
+        tested);
 }
 
 // The start-up gate passes every set this CPU runs, and fails a table with one wrong kernel,
