@@ -195,6 +195,66 @@ def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, bias
     os.replace(path + ".tmp", path)
 
 
+# phi3 at fixture scale: fused attn_qkv (rows Q | K | V) and ffn_up (rows gate | up), D 256 with
+# 8 heads of 32 (H * Dh = D, as phi3 requires), LongRoPE factors shared by every layer, Phi-3's
+# SPM vocabulary. rope_dim < Dh gives partial rotary (Phi-4-mini rotates 96 of 128); n_ctx_orig
+# below the oracle's context makes both engines take the long factors, above it the short ones.
+# The sliding window is written as Phi-3 files carry it; llama.cpp ignores it.
+PHI3 = dict(D=256, H=8, HK=2, F=512, L=2)
+
+
+def write_phi3(path, tok_kv, n_vocab, wtype, etype, seed, rope_dim, n_ctx_orig, tied, sliding_window):
+    g = PHI3
+    D, H, HK, F = g["D"], g["H"], g["HK"], g["F"]
+    dh = D // H
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path + ".tmp", "phi3")
+    w.add_name(os.path.basename(path)[:-5])
+    w.add_block_count(g["L"])
+    w.add_context_length(131072)
+    w.add_rope_scaling_orig_ctx_len(n_ctx_orig)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(HK)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(rope_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_sliding_window(sliding_window)
+    scale = 131072 / n_ctx_orig  # LongRoPE's attention factor, as convert_hf_to_gguf computes it
+    w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(scale) / np.log(n_ctx_orig))))
+    for key, val, vtype, sub in tok_kv:
+        w.add_key_value(key, val, vtype, sub)
+
+    def add(name, shape, qtype, scale=0.05):
+        arr, raw = make_tensor(rng, shape, qtype, scale)
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    # Factors grow along the pairs as real ones do: long ones slow the low frequencies a lot.
+    w.add_tensor("rope_factors_long.weight", np.sort(1.0 + 40.0 * rng.random(rope_dim // 2)).astype(np.float32))
+    w.add_tensor("rope_factors_short.weight", np.sort(1.0 + 0.5 * rng.random(rope_dim // 2)).astype(np.float32))
+    add("token_embd.weight", (n_vocab, D), etype)
+    for i in range(g["L"]):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", D)
+        add(p + "attn_qkv.weight", (H * dh + 2 * HK * dh, D), wtype)
+        add(p + "attn_output.weight", (D, H * dh), wtype)
+        norm(p + "ffn_norm.weight", D)
+        add(p + "ffn_up.weight", (2 * F, D), wtype)
+        add(p + "ffn_down.weight", (D, F), wtype)
+    norm("output_norm.weight", D)
+    if not tied:
+        add("output.weight", (n_vocab, D), etype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -206,6 +266,7 @@ def main():
         "smollm": default_model_path(),
         "qwen2": os.path.join(models, "ggml-vocab-qwen2.gguf"),
         "llama-spm": os.path.join(models, "ggml-vocab-llama-spm.gguf"),
+        "phi-3": os.path.join(models, "ggml-vocab-phi-3.gguf"),
     }
     tok_cache = {}
 
@@ -233,6 +294,11 @@ def main():
         ("qwen3-q4_k", "qwen3", "qwen2", Q.Q4_K, Q.Q6_K, {"qk_norm": True, "head_dim": QWEN3_DH}),
         ("qwen3moe-q8_0", "qwen3moe", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "moe": True}),
         ("llama-spm-bos-q8_0", "llama", "llama-spm", Q.Q8_0, Q.Q8_0, {"tied": False, "chat_template": BOS_TEMPLATE}),
+        # write_phi3: partial rotary with the long factors; full rotary with the short ones
+        ("phi3-q8_0", "phi3", "phi-3", Q.Q8_0, Q.Q8_0,
+         {"rope_dim": 24, "n_ctx_orig": 32, "tied": False, "sliding_window": 16}),
+        ("phi3-q4_k", "phi3", "phi-3", Q.Q4_K, Q.Q6_K,
+         {"rope_dim": 32, "n_ctx_orig": 4096, "tied": True, "sliding_window": 0}),
     ]
     t0 = time.time()
     for seed, (name, arch, tk, wt, et, extra) in enumerate(plan, start=1):
@@ -241,6 +307,10 @@ def main():
             print(f"exists  {path}")
             continue
         kv, n_vocab = tok(tk)
+        if arch == "phi3":
+            write_phi3(path, kv, n_vocab, wt, et, seed, **extra)
+            print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
+            continue
         write_model(path, arch, kv, n_vocab, wt, et, seed, **extra)
         print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
     print(f"done in {time.time() - t0:.1f}s")

@@ -15,14 +15,17 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, 
   static const struct {
     const char* arch;
     Factory load;
-  } kArchitectures[] = {{"llama", load_llama}, {"qwen2", load_qwen2}, {"qwen3", load_qwen3}, {"qwen3moe", load_qwen3moe}};
+  } kArchitectures[] = {{"llama", load_llama}, {"qwen2", load_qwen2}, {"qwen3", load_qwen3}, {"qwen3moe", load_qwen3moe},
+                        {"phi3", load_phi3}};
   const std::string arch = file->get_str("general.architecture", "");
   for (const auto& a : kArchitectures)
     if (arch == a.arch) {
       ModelConfig cfg = model_detail::read_config(*file);
       return a.load(std::move(file), std::move(cfg), model_detail::Capacity{n_slots, n_ctx, max_batch}, pool);
     }
-  throw std::runtime_error("model: unsupported architecture '" + arch + "' (supported: llama, qwen2, qwen3, qwen3moe)");
+  std::string supported;
+  for (const auto& a : kArchitectures) supported += std::string(supported.empty() ? "" : ", ") + a.arch;
+  throw std::runtime_error("model: unsupported architecture '" + arch + "'; expected one of: " + supported);
 }
 
 }  // namespace mb

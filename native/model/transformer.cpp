@@ -223,9 +223,10 @@ void Transformer::store_kv(int il, const Chunk& c, int t) {
 // heads. Items go largest first to whichever thread is free, since causal blocks differ in size.
 // A row's result does not depend on how its run was cut (see mb::attention), so neither does it
 // depend on the rest of the batch.
-void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att) {
+void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att,
+                            float kq_scale) {
   const int T = c.T;
-  const float scale = 1.0f / std::sqrt((float)Dh_);
+  const float scale = kq_scale != 0.f ? kq_scale : 1.0f / std::sqrt((float)Dh_);
   std::vector<AttnItem>& items = attn_items_;  // reserved for Tm * Hk: no allocation
   items.clear();
   for (int t0 = 0; t0 < T;) {

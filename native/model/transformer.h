@@ -82,7 +82,8 @@ class Transformer : public Model {
   // Row t's k, v [Hk*Dh] into layer il's cache at its (slot, pos), rounded to f16.
   void store_kv(int il, const Chunk& c, int t);
   // att[T, H*Dh] = causal softmax(q·K^T / sqrt(Dh)) · V of each row against its slot's cache.
-  void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att);
+  // kq_scale 0 means 1/sqrt(Dh); an architecture that scales q itself (phi3) passes 1.
+  void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att, float kq_scale = 0.f);
   // out[T, D] = (silu(xn·Wgate) * (xn·Wup)) · Wdown, through gate_ and up_.
   void swiglu(const SwiGluWeights& w, const std::vector<float>& xn, std::vector<float>& out, int T);
   // MoE routing of one token: probs[E] = softmax(router logits) in place; sel[Ek] = the Ek
@@ -174,4 +175,6 @@ std::unique_ptr<Model> load_qwen3(std::shared_ptr<GgufFile> file, ModelConfig cf
                                   const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_qwen3moe(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                      const model_detail::Capacity& cap, ThreadPool* pool);
+std::unique_ptr<Model> load_phi3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
+                                 const model_detail::Capacity& cap, ThreadPool* pool);
 }  // namespace mb
