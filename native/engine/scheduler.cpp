@@ -215,14 +215,18 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     PromptCache::Match host;
     if (cache_) host = cache_->lookup(prompt.data(), prompt.size());
     size_t reuse;
-    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens && donor_lcp >= host.n) {
-      reuse = std::min(donor_lcp, max_reuse);
+    // A model that keeps only a window of the past (sliding-window layers) may not be able to
+    // continue from an arbitrary prefix: kv_reusable says how much of a slot is usable.
+    const size_t donor_reuse = donor >= 0 ? std::min(donor_lcp, max_reuse) : 0;
+    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens && donor_lcp >= host.n &&
+        size_t(model_->kv_reusable(donor, int(donor_reuse))) == donor_reuse) {
+      reuse = donor_reuse;
       model_->kv_truncate(best, 0);
       model_->kv_copy(donor, best, int(reuse));
       sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
     } else if (host.n >= best_lcp + kMinCopyTokens) {
       // Restore from host memory on top of what the slot already shares with the prompt.
-      const size_t keep = std::min(best_lcp, max_reuse);
+      const size_t keep = size_t(model_->kv_reusable(best, int(std::min(best_lcp, max_reuse))));
       model_->kv_truncate(best, int(keep));
       sl.cached.resize(keep);
       size_t end = keep;
@@ -238,7 +242,7 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
       reuse = end;
       sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
     } else {
-      reuse = std::min(best_lcp, max_reuse);
+      reuse = size_t(model_->kv_reusable(best, int(std::min(best_lcp, max_reuse))));
       if (sl.cached.size() > reuse) {
         model_->kv_truncate(best, int(reuse));
         sl.cached.resize(reuse);

@@ -59,6 +59,7 @@ const KernelTable& ref_table() {
     k.rmsnorm = ref::rmsnorm;
     k.softmax = ref::softmax;
     k.silu_mul = ref::silu_mul;
+    k.gelu_mul = ref::gelu_mul;
     k.attention = ref::attention;
     k.attention_scratch = ref::attention_scratch_floats;
     return k;
@@ -96,6 +97,7 @@ static KernelTable build_avx2() {
   k.rmsnorm = avx2::rmsnorm;
   k.softmax = avx2::softmax;
   k.silu_mul = avx2::silu_mul;
+  k.gelu_mul = avx2::gelu_mul;
   k.attention = avx2::attention;
   k.attention_scratch = avx2::attention_scratch_floats;
   return k;
@@ -192,6 +194,7 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq
   kq::ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, neox, freq_factors, attn_factor);
 }
 void silu_mul(float* gate, const float* up, int n) { kq::active_table().silu_mul(gate, up, n); }
+void gelu_mul(float* gate, const float* up, int n) { kq::active_table().gelu_mul(gate, up, n); }
 void softmax(float* x, int n) { kq::active_table().softmax(x, n); }
 void add(float* out, const float* a, int n) { kq::ref::add(out, a, n); }
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,

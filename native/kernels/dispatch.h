@@ -48,6 +48,7 @@ struct KernelTable {
   void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
   void (*softmax)(float* x, int n);
   void (*silu_mul)(float* gate, const float* up, int n);
+  void (*gelu_mul)(float* gate, const float* up, int n);
   AttnFn attention;
   AttnScratchFn attention_scratch;
 };

@@ -60,6 +60,7 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
           const float* freq_factors = nullptr, float attn_factor = 1.0f);
 void silu_mul(float* gate, const float* up, int n);  // gate[n] = silu(gate) * up
+void gelu_mul(float* gate, const float* up, int n);  // gate[n] = gelu(gate) * up, llama.cpp's tanh GELU via f16
 void softmax(float* x, int n);                      // in place
 void add(float* out, const float* a, int n);        // out += a
 

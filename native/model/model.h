@@ -64,8 +64,12 @@ class Model {
   virtual void forward(const Batch& batch, float* out) = 0;
   // Forget KV positions >= pos of a slot (prefix reuse keeps [0, pos)).
   virtual void kv_truncate(int slot, int pos) = 0;
-  // Copy slot src's KV [0, n) to dst (prefix sharing between slots).
+  // Copy slot src's KV [0, n) to dst (prefix sharing between slots); n must be kv_reusable.
   virtual void kv_copy(int src, int dst, int n) = 0;
+  // The longest prefix [0, m), m <= n <= the slot's length, that the slot can be truncated to and
+  // continued from: n, unless the model keeps only part of the past (a sliding-window layer
+  // holds only its window, so a prefix that ends before the window is gone is not usable; then 0).
+  virtual int kv_reusable(int slot, int n) const { (void)slot; return n; }
   virtual size_t kv_bytes() const = 0;
   // The host prompt cache (engine/prompt_cache.h) saves and restores K/V through these. One
   // position of a slot, every layer, is kv_token_bytes() bytes; runs are token-major

@@ -14,7 +14,6 @@
 
 namespace mb {
 namespace model_detail {
-namespace {
 
 // IEEE binary16 conversion for the KV cache, round to nearest even like ggml's GGML_FP32_TO_FP16.
 uint16_t f32_to_f16(float f) {
@@ -37,10 +36,8 @@ uint16_t f32_to_f16(float f) {
   return (uint16_t)(sign | (a >> 13));
 }
 
-}  // namespace
-
 Transformer::Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap,
-                         ThreadPool* pool)
+                         ThreadPool* pool, bool own_kv)
     : file_(std::move(file)), cfg_(cfg), pool_(pool), S_(cap.n_slots), C_(cap.n_ctx), Tm_(cap.max_batch) {
   if (S_ <= 0 || C_ <= 0 || Tm_ <= 0) throw std::runtime_error("model: slots, ctx and max batch must be positive");
   L_ = cfg_.n_layer; D_ = cfg_.n_embd; H_ = cfg_.n_head; Hk_ = cfg_.n_head_kv; G_ = H_ / Hk_; Dh_ = cfg_.head_dim;
@@ -51,7 +48,7 @@ Transformer::Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
   output_norm_ = w.vector("output_norm.weight", D_);
   output_ = w.output(token_embd_);
 
-  const size_t kv_elems = (size_t)L_ * S_ * Hk_ * C_ * Dh_;
+  const size_t kv_elems = own_kv ? (size_t)L_ * S_ * Hk_ * C_ * Dh_ : 0;
   k_cache_.assign(kv_elems, 0);
   v_cache_.assign(kv_elems, 0);
   slot_len_.assign(S_, 0);
@@ -72,7 +69,7 @@ Transformer::Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
   // would spend more on conversion; more would leave too few items to share out in a chunk.
   Bq_ = std::max(1, std::min(Tm_, 96 / G_));
   attn_items_.reserve((size_t)Tm_ * Hk_);
-  attn_scratch_n_ = attention_scratch_floats(Bq_, G_, Dh_, C_);
+  attn_scratch_n_ = own_kv ? attention_scratch_floats(Bq_, G_, Dh_, C_) : 0;
   const int P = pool_ ? pool_->size() : 1;
   attn_scratch_.assign((size_t)P * attn_scratch_n_, 0.f);
 
@@ -97,7 +94,7 @@ void Transformer::kv_copy(int src, int dst, int n) {
   if (src < 0 || src >= S_ || dst < 0 || dst >= S_) throw std::out_of_range("model: kv_copy slot out of range");
   if (n < 0 || n > slot_len_[src]) throw std::out_of_range("model: kv_copy beyond the source slot's length");
   if (src == dst) return;
-  for (int il = 0; il < L_; il++)
+  for (int il = 0; il < L_ && !k_cache_.empty(); il++)
     for (int g = 0; g < Hk_; g++) {
       std::memcpy(&k_cache_[kv_index(il, dst, g, 0)], &k_cache_[kv_index(il, src, g, 0)], (size_t)n * Dh_ * 2);
       std::memcpy(&v_cache_[kv_index(il, dst, g, 0)], &v_cache_[kv_index(il, src, g, 0)], (size_t)n * Dh_ * 2);

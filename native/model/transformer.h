@@ -30,6 +30,9 @@ struct Capacity {
   int max_batch;  // Tm
 };
 
+// f32 -> IEEE binary16 bits, round to nearest even as ggml does for its f16 KV cache.
+uint16_t f32_to_f16(float f);
+
 // Up to Tm consecutive rows of a Batch.
 struct Chunk {
   const int32_t* token;  // [T]
@@ -41,7 +44,11 @@ struct Chunk {
 
 class Transformer : public Model {
  public:
-  Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool);
+  // own_kv = false: the architecture keeps its own K/V (gemma3's sliding-window rings), so no
+  // [L][S][Hk][C][Dh] cache or attention scratch is allocated here and the kv_* calls below only
+  // keep the slot lengths; the architecture overrides them.
+  Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool,
+              bool own_kv = true);
   const ModelConfig& config() const override { return cfg_; }
   void forward(const Batch& batch, float* out) override;
   void kv_truncate(int slot, int pos) override;
@@ -57,6 +64,8 @@ class Transformer : public Model {
   // The architecture's forward pass over one chunk: writes K/V of every row into the cache and
   // logits[n_wanted, V] for the rows with want[t] == 1, in order.
   virtual void forward_chunk(const Chunk& c, float* logits) = 0;
+
+  int slot_len(int slot) const { return slot_len_[slot]; }  // positions [0, len) of the slot hold K/V
 
   // ---- helpers for forward_chunk; "rows" means the T rows of a [T, D] buffer ----
   // Runs fn(i) for i in [0, n) over the pool, strided so neighbouring items land on different threads.
@@ -175,6 +184,8 @@ std::unique_ptr<Model> load_qwen3(std::shared_ptr<GgufFile> file, ModelConfig cf
                                   const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_qwen3moe(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                      const model_detail::Capacity& cap, ThreadPool* pool);
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
+                                   const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_phi3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                  const model_detail::Capacity& cap, ThreadPool* pool);
 }  // namespace mb

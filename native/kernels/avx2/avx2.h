@@ -29,6 +29,7 @@ float dot_q6_K(int64_t k, const void* w, const void* x);
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void softmax(float* x, int n);
 void silu_mul(float* gate, const float* up, int n);
+void gelu_mul(float* gate, const float* up, int n);  // geglu.cpp: bit for bit ref::gelu_mul
 
 // attention.cpp: bit for bit ref::attention (llama.cpp's non-flash arithmetic), tiled.
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,

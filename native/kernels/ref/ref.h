@@ -36,6 +36,10 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, bool neox,
           const float* freq_factors = nullptr, float attn_factor = 1.0f);
 void silu_mul(float* gate, const float* up, int n);
+// geglu.cpp: gate[n] = gelu(gate) * up, GELU's tanh approximation as llama.cpp's CPU computes it
+// (through f16, see there); gelu_tanh is ggml_gelu_f32.
+void gelu_mul(float* gate, const float* up, int n);
+float gelu_tanh(float x);
 void softmax(float* x, int n);
 void add(float* out, const float* a, int n);
 // llama.cpp's CPU attention arithmetic one row and one value at a time (the definition, see
