@@ -1,0 +1,74 @@
+// cuda_harness: the CUDA backend's proof without Node. On a GPU it checks every CUDA kernel
+// against the scalar reference, the logits of a model against the CPU backend over teacher-forced
+// steps, and benchmarks prefill and decode at several batch sizes, printing one JSON line.
+//   cuda_harness --selftest                 CPU-side checks only (ctest)
+//   cuda_harness [--shape qwen3-8b] [--wtype q4_k|bf16|...] [--gguf PATH] [--parity-layers N]
+//                [--steps N] [--prefill N] [--batches 1,8,32,64] [--iters N] [--seed N]
+// Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments; 3 no usable CUDA device
+// (the JSON line says what the runtime reported); 4 this build has no CUDA (configure with
+// -DMB_CUDA=ON, npm run build:cuda).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "bench/cuda_harness.h"
+#include "bench/cuda_model.h"
+
+namespace {
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    char* end;
+    const long x = std::strtol(p, &end, 10);
+    if (end == p || x <= 0) throw std::invalid_argument(std::string("bad list '") + s + "'");
+    v.push_back((int)x);
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') throw std::invalid_argument(std::string("bad list '") + s + "'");
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mb::bench;
+  HarnessArgs a;
+  bool selftest = false;
+  try {
+    for (int i = 1; i < argc; i++) {
+      const std::string k = argv[i];
+      auto val = [&]() -> const char* {
+        if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
+        return argv[++i];
+      };
+      if (k == "--selftest") selftest = true;
+      else if (k == "--shape") a.shape = val();
+      else if (k == "--wtype") a.wtype = val();
+      else if (k == "--gguf") a.gguf = val();
+      else if (k == "--parity-layers") a.parity_layers = std::atoi(val());
+      else if (k == "--steps") a.steps = std::atoi(val());
+      else if (k == "--prefill") a.prefill = std::atoi(val());
+      else if (k == "--batches") a.batches = parse_list(val());
+      else if (k == "--iters") a.iters = std::atoi(val());
+      else if (k == "--seed") a.seed = std::strtoull(val(), nullptr, 10);
+      else throw std::invalid_argument("unknown argument " + k);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_harness: %s\n", e.what());
+    return 2;
+  }
+  if (selftest) return run_selftest() == 0 ? 0 : 1;
+#ifdef MB_HAVE_CUDA
+  return run_on_device(a);
+#else
+  std::printf("%s\n", JsonLine()
+                          .str("status", "no_cuda_build")
+                          .str("error", "cuda_harness was built without CUDA (configure with -DMB_CUDA=ON: npm run build:cuda)")
+                          .done()
+                          .c_str());
+  return 4;
+#endif
+}

@@ -1,0 +1,28 @@
+// Entry points of the CUDA harness's halves (cuda_harness.cpp holds main).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace mb {
+namespace bench {
+
+struct HarnessArgs {
+  std::string shape = "qwen3-8b";
+  std::string wtype = "q4_k";        // q4_k | bf16 | any ggml type name the kernels read
+  std::string gguf;                  // a real model instead of random weights
+  int parity_layers = 2;             // layers of the model checked against the CPU backend
+  int steps = 64;                    // teacher-forced decode steps checked
+  int prefill = 512;                 // prompt length of the prefill benchmark
+  std::vector<int> batches{1, 8, 32, 64};
+  int iters = 10;                    // timed decode steps per batch size
+  unsigned long long seed = 1;
+};
+
+// CPU-only checks of the harness's own parts; returns failures (0 = pass). Prints one line each.
+int run_selftest();
+// The device half: kernel parity, logits parity, benchmarks; prints the JSON line. Returns the
+// process exit code.
+int run_on_device(const HarnessArgs& a);
+
+}  // namespace bench
+}  // namespace mb

@@ -1,0 +1,116 @@
+// CPU-side checks of the CUDA harness, run by ctest in every build (no GPU, no nvcc): the random
+// model generator (the CPU backend loads it and its logits are finite and depend on the seed),
+// the block decoding the CUDA kernels run (kernels/cuda/quants.cuh, compiled here for the host)
+// against ref::dequantize for every type, the sampling reference, and the JSON line.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "bench/cuda_harness.h"
+#include "bench/cuda_model.h"
+#include "kernels/cuda/quants.cuh"
+#include "kernels/ref/ref.h"
+#include "model/model.h"
+#include "util/threadpool.h"
+
+namespace mb {
+namespace bench {
+namespace {
+
+int failures = 0;
+void expect(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  if (!ok) failures++;
+}
+
+const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+void check_model(GgmlType t) {
+  const ModelShape s = shape_preset("qwen3-tiny", t);
+  const auto img = make_random_gguf(s, 7, 2);
+  const auto again = make_random_gguf(s, 7, 1);
+  expect(img == again, std::string("generator is deterministic across thread counts (") + ggml_type_name(t) + ")");
+  std::shared_ptr<GgufFile> f(GgufFile::parse(img.data(), img.size()));
+  uint64_t mat_bytes = 0;
+  for (const auto& ten : f->tensors())
+    if (ten.type != GgmlType::F32 || ten.name.find("norm") == std::string::npos) mat_bytes += ten.n_bytes;
+  // a step reads every matrix but only one embedding row
+  const uint64_t emb = f->tensor("token_embd.weight")->n_bytes;
+  const uint64_t per_row = emb / (uint64_t)s.V;
+  expect(step_weight_bytes(s) > mat_bytes - emb && step_weight_bytes(s) < mat_bytes - emb + per_row + 4 * 1024 * 1024,
+         "step_weight_bytes matches the generated tensors");
+
+  // every block of every matrix decodes the same through quants.cuh as through ref::dequantize
+  const GgufTensor* w = f->tensor("blk.0.ffn_down.weight");
+  const int64_t K = w->ne[0];
+  const size_t rb = ggml_row_bytes(t, K);
+  std::vector<float> want(K), got(K);
+  bool same = true;
+  for (int64_t r = 0; r < w->ne[1] && same; r++) {
+    kq::ref::dequantize(t, w->data + r * rb, want.data(), K);
+    for (int64_t sb = 0; sb < K / 32; sb++)
+      cuda::dequant_sub32_any((cuda::QType)(uint32_t)t, w->data + r * rb, sb, got.data() + sb * 32);
+    same = std::memcmp(want.data(), got.data(), K * sizeof(float)) == 0;
+  }
+  expect(same, std::string("quants.cuh decodes ") + ggml_type_name(t) + " bit for bit as ref::dequantize");
+
+  ThreadPool pool(2);
+  auto m = Model::load(f, 1, 64, &pool, 16);
+  Batch b;
+  for (int i = 0; i < 8; i++) {
+    b.token.push_back((i * 37) % s.V);
+    b.pos.push_back(i);
+    b.slot.push_back(0);
+    b.logits.push_back(i == 7);
+  }
+  std::vector<float> logits(s.V);
+  m->forward(b, logits.data());
+  double sumsq = 0;
+  bool finite = true;
+  for (float v : logits) {
+    finite &= std::isfinite(v);
+    sumsq += (double)v * v;
+  }
+  const double rms = std::sqrt(sumsq / s.V);
+  expect(finite && rms > 1e-3 && rms < 1e3,
+         std::string("CPU backend runs the random ") + ggml_type_name(t) + " model (logit rms " + std::to_string(rms) + ")");
+}
+
+void check_sampling() {
+  const int V = 1000;
+  std::vector<float> l(V);
+  for (int i = 0; i < V; i++) l[i] = std::sin((float)i * 0.37f) * 3.f;
+  l[123] = 10.f;
+  l[456] = 10.f;  // tie: the lower index wins
+  expect(sample_ref(l.data(), V, 40, 0.9f, 0.f, 0.5f) == 123, "greedy picks the argmax, lower index on ties");
+  expect(sample_ref(l.data(), V, 1, 1.f, 1.f, 0.99f) == 123, "top_k 1 is greedy");
+  expect(sample_ref(l.data(), V, 40, 1e-6f, 1.f, 0.99f) == 123, "a tiny top_p keeps only the best");
+  expect(sample_ref(l.data(), V, 2, 1.f, 1.f, 0.75f) == 456, "u splits two equal candidates in index order");
+  int hits = 0;
+  for (int i = 0; i < 100; i++) hits += sample_ref(l.data(), V, 40, 1.f, 100.f, (float)i / 100.f) != 123;
+  expect(hits > 50, "a high temperature spreads the picks");
+}
+
+void check_json() {
+  JsonLine j;
+  j.str("a", "x\"y").num("b", 1.5).boolean("c", true).raw("d", "[1,2]").num("e", NAN);
+  expect(j.done() == "{\"a\":\"x\\\"y\",\"b\":1.5,\"c\":true,\"d\":[1,2],\"e\":null}", "JSON line: " + j.done());
+}
+
+}  // namespace
+
+int run_selftest() {
+  failures = 0;
+  for (GgmlType t : kTypes) check_model(t);
+  check_sampling();
+  check_json();
+  std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "pass", failures);
+  return failures;
+}
+
+}  // namespace bench
+}  // namespace mb
