@@ -537,8 +537,36 @@ Napi::Value SetSendBuffer(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, got);
 }
 
+// checkGrammar(text, max_states): null when the grammar compiles and a bounded search of its
+// inputs (GrammarMatcher::find_dead_end) meets none the matcher gives up on; otherwise
+// {reason, input}: why, and the input that gets there (null for a grammar that does not compile).
+// For grammars built from caller input, checked before any generation uses them.
+Napi::Value CheckGrammar(const Napi::CallbackInfo& info) {
+  auto env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "checkGrammar(text, max_states)");
+  const std::string text = info[0].As<Napi::String>().Utf8Value();
+  const int64_t max_states = info[1].As<Napi::Number>().Int64Value();
+  auto fail = [&](const std::string& reason, Napi::Value input) {
+    auto o = Napi::Object::New(env);
+    o.Set("reason", reason);
+    o.Set("input", input);
+    return o;
+  };
+  std::shared_ptr<const mb::Grammar> g;
+  try {
+    g = mb::Grammar::parse(text);
+  } catch (const std::exception& e) {
+    return fail(std::string("invalid grammar: ") + e.what(), env.Null());
+  }
+  mb::GrammarMatcher m(g);
+  std::string input;
+  if (!m.find_dead_end(size_t(std::max<int64_t>(1, max_states)), input)) return env.Null();
+  return fail(m.error(), Napi::Buffer<char>::Copy(env, input.data(), input.size()));
+}
+
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setSendBuffer", Napi::Function::New(env, SetSendBuffer, "setSendBuffer"));
+  exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
   return Engine::Init(env, exports);
 }
 

@@ -629,6 +629,54 @@ bool GrammarMatcher::allows(std::string_view bytes) {
   return s >= 0;
 }
 
+bool GrammarMatcher::find_dead_end(size_t max_states, std::string& input) {
+  if (cur_ < 0) return false;
+  // Bytes every element of the grammar treats alike lead to the same state: one stands for all.
+  std::array<uint16_t, 256> group{};  // [256] byte -> its class of indistinguishable bytes
+  uint16_t n_groups = 1;
+  for (const Grammar::ByteSet& cls : g_->classes) {
+    std::array<int16_t, 512> split;  // (old group, in cls) -> new group
+    split.fill(-1);
+    uint16_t n = 0;
+    for (int b = 0; b < 256; b++) {
+      int16_t& to = split[size_t(group[size_t(b)]) * 2 + ((cls[size_t(b) >> 6] >> (b & 63)) & 1)];
+      if (to < 0) to = int16_t(n++);
+      group[size_t(b)] = uint16_t(to);
+    }
+    n_groups = n;
+  }
+  std::vector<uint8_t> reps;
+  std::vector<uint8_t> have(n_groups, 0);
+  for (int b = 0; b < 256; b++)
+    if (!have[group[size_t(b)]]) have[group[size_t(b)]] = 1, reps.push_back(uint8_t(b));
+
+  const int32_t start = cur_;
+  std::vector<std::pair<int32_t, uint8_t>> from;  // [S] the state and byte each was first reached by
+  auto mark = [&](int32_t st, int32_t prev, uint8_t b) {
+    if (size_t(st) >= from.size()) from.resize(size_t(st) + 1, {kUnknown, 0});
+    if (from[size_t(st)].first != kUnknown || st == start) return false;
+    from[size_t(st)] = {prev, b};
+    return true;
+  };
+  std::vector<int32_t> queue{start};
+  for (size_t q = 0; q < queue.size(); q++) {
+    const int32_t st = queue[q];
+    for (uint8_t b : reps) {
+      const int32_t next = advance(st, b);
+      if (next == kDead) {
+        if (error_.empty()) continue;
+        input.assign(1, char(b));
+        for (int32_t at = st; at != start; at = from[size_t(at)].first) input.push_back(char(from[size_t(at)].second));
+        std::reverse(input.begin(), input.end());
+        return true;
+      }
+      if (mark(next, st, b)) queue.push_back(next);
+      if (queue.size() >= max_states || nodes_.size() > kMaxNodes) return false;
+    }
+  }
+  return false;
+}
+
 bool GrammarMatcher::complete() const { return cur_ >= 0 && set_complete_[size_t(cur_)]; }
 bool GrammarMatcher::can_continue() const { return cur_ >= 0 && set_more_[size_t(cur_)]; }
 

@@ -105,6 +105,14 @@ class GrammarMatcher {
   const std::vector<uint64_t>& allowed_tokens(const TokenTrie& trie);
   // Non-empty once a limit was hit (too many stacks in one state); the state is then dead.
   const std::string& error() const { return error_; }
+  // A bounded search for an input the matcher gives up on, run on a fresh matcher before a
+  // grammar built from caller input (a tool's JSON Schema) is used: breadth-first over the states
+  // reachable from the start (one byte of each class of bytes no element tells apart), stopping
+  // after max_states states or kMaxNodes stack nodes. Returns the shortest such input found
+  // (error() says what limit it hits), or false when none was met within the bound. Nested
+  // alternatives that begin alike multiply the stacks alive at once, so such an input is short
+  // and found early; a generation would otherwise fail on it halfway through.
+  bool find_dead_end(size_t max_states, std::string& input);
   size_t n_states() const { return set_off_.size(); }
 
  private:

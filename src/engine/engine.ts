@@ -18,7 +18,8 @@ import { OutputParser } from "../chat/parser.js";
 import { Channel } from "./channel.js";
 import { StopMatcher } from "./stop.js";
 import { WorkerClient } from "./worker-client.js";
-import { GrammarPool } from "./grammar-pool.js";
+import { deadEndReason, GrammarPool, toolSchemaError } from "./grammar-pool.js";
+import { forcedTools } from "../chat/tool-grammar.js";
 import { preparePrompt } from "./prompt.js";
 import { notReadyError, unloadedModel } from "./readiness.js";
 
@@ -96,6 +97,9 @@ interface Job {
   t_last: number;
   detach: () => void; // removes the abort listener once the job ends
 }
+
+/** The scheduler's words for a grammar that allows no token where the generation got to. */
+const GRAMMAR_DEAD_END = /^grammar: generation cannot continue: (.*)$/s;
 
 export function createEngine(opts: EngineOptions): ManagedEngine {
   return new WorkerEngine(opts);
@@ -518,9 +522,19 @@ class WorkerEngine implements ManagedEngine {
         this.finishJob(job, e.finish === "cancelled" ? "cancelled" : e.finish, null, e);
         return;
       }
-      case "error":
-        this.endWithError(job, "engine_error", e.message);
+      case "error": {
+        // A forced call's grammar that passed the up-front trial can still reach the grammar
+        // engine's limits deeper in: the schema's doing, so the 400 naming the tool (an error
+        // event in the route's shape once output was sent), not a server failure.
+        const dead = GRAMMAR_DEAD_END.exec(e.message);
+        const forced = dead && job.req.grammar === undefined && job.req.input.kind === "chat" ? forcedTools(job.req.input.chat) : null;
+        if (dead && forced) {
+          const { tool, reason } = deadEndReason(dead[1], job.continued + job.generated);
+          const err = toolSchemaError(tool !== null ? [tool] : forced.map((t) => t.name), reason);
+          this.endWithError(job, err.code, err.message);
+        } else this.endWithError(job, "engine_error", e.message);
         return;
+      }
     }
   }
 

@@ -31,6 +31,33 @@ export function toolSchemaError(tools: string[], reason: string): ApiError {
   return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a forced tool call: ${reason}.`, { param: "tools" });
 }
 
+/** The tool a forced call's text names and its arguments so far; null before the name is whole. */
+export function callSoFar(text: string): { tool: string; args: string } | null {
+  const m = /\{"name": ("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
+  if (!m) return null;
+  try {
+    return { tool: JSON.parse(m[1]) as string, args: m[2] };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Why a forced call's grammar fails where `text` (the call so far) leads: `why` is the grammar
+ * engine's limit ("too ambiguous ..."). The same words whether the trial found it up front or a
+ * generation met it.
+ */
+export function deadEndReason(why: string, text: string): { tool: string | null; reason: string } {
+  const call = callSoFar(text);
+  const at = call ? call.args : text;
+  const shown = at.length > 80 ? "…" + at.slice(-80) : at;
+  const where = call ? `after the arguments ${JSON.stringify(shown)}` : `after ${JSON.stringify(shown)}`;
+  return {
+    tool: call?.tool ?? null,
+    reason: `the grammar engine cannot follow it: ${why.replace(/^grammar: /, "")} ${where} (alternatives that begin alike, such as anyOf branches, nested)`,
+  };
+}
+
 export class GrammarPool {
   private worker: Worker | null = null;
   /** The thread has loaded its code (start-up is not charged to a build's time limit). */

@@ -3,6 +3,7 @@
 // the reason, while the server keeps answering others (the grammar is built off the HTTP thread).
 import { expect } from "chai";
 import { postJson, startTestServer, type TestServer } from "../helpers/server.js";
+import { parseSse } from "../clients/fake-app.js";
 
 // $defs whose allOf/anyOf expansion doubles at every level: a few hundred bytes of JSON, 2^24
 // schema nodes if expanded.
@@ -17,8 +18,29 @@ function deepSchema(levels: number): Record<string, unknown> {
   return s;
 }
 
+/**
+ * Arrays of two kinds that begin alike (both "[" item ...), 13 levels deep: each "[" a forced
+ * call writes doubles the parse stacks the grammar engine keeps alive, past its 4096 at the 12th
+ * (so the error says "after the arguments {"a": [[[[[[[[[[[", eleven of them).
+ * `before` required numbers come first; each adds some 40 states to the grammar, so 50 put the
+ * dead end past the up-front trial's 2048 states, and only a generation meets it.
+ */
+function ambiguousSchema(before = 0): Record<string, unknown> {
+  const levels = 13;
+  const $defs: Record<string, unknown> = { [`d${levels}`]: { type: "integer", minimum: 0, maximum: 9 } };
+  for (let i = levels - 1; i >= 0; i--) {
+    const items = { $ref: `#/$defs/d${i + 1}` };
+    $defs[`d${i}`] = { anyOf: [{ type: "array", items, minItems: 1 }, { type: "array", items, minItems: 1, maxItems: 3 }] };
+  }
+  const properties: Record<string, unknown> = {};
+  for (let i = 0; i < before; i++) properties[`n${i}`] = { type: "number" };
+  properties.a = { $ref: "#/$defs/d0" };
+  return { $defs, type: "object", properties, required: Object.keys(properties) };
+}
+
 const CASES: [string, Record<string, unknown>, RegExp][] = [
   ["self", { $ref: "#" }, /refers to itself/],
+  ["ambiguous", ambiguousSchema(), /grammar engine cannot follow it: too ambiguous .* after the arguments "\{\\"a\\": \[{11}"/],
   ["exploding", explodingSchema(24), /too complex/],
   ["deep", deepSchema(1000), /nested/],
 ];
@@ -32,7 +54,7 @@ describe("tool schemas a forced call cannot use, on every route", function () {
   this.timeout(120000);
   let s: TestServer;
   before(async () => {
-    s = await startTestServer({ ctx: 2048 });
+    s = await startTestServer({ ctx: 4096 });
   });
   after(async () => {
     await s?.close();
@@ -59,6 +81,46 @@ describe("tool schemas a forced call cannot use, on every route", function () {
       }
     });
   }
+
+  it("a dead end past the up-front trial: 400 naming the tool while nothing was sent, else the route's error event", async () => {
+    const schema = ambiguousSchema(50);
+    const reason = /'deep_ambiguous'.*too ambiguous .*after the arguments ".*\\"a\\": \[{11}"/;
+    // The trial does not reach it: count_tokens (which builds the grammar) accepts the tool.
+    const count = await postJson(`${s.url}/v1/messages/count_tokens`, routes("deep_ambiguous", schema)[3][1]);
+    expect(count.status).to.equal(200);
+    for (const [path, body] of routes("deep_ambiguous", schema).slice(0, 3)) {
+      const gen = { ...body, max_tokens: undefined, max_output_tokens: undefined, [path === "/v1/responses" ? "max_output_tokens" : "max_tokens"]: 1500, temperature: 0 };
+      const whole = await postJson(s.url + path, gen);
+      expect(whole.status, path).to.equal(400);
+      const body400 = await whole.json();
+      const err = path === "/v1/messages" ? (expect(body400.type).to.equal("error"), body400.error) : body400.error;
+      expect(err.type, path).to.equal("invalid_request_error");
+      expect(err.message, path).to.match(reason, err.message);
+
+      const streamed = await postJson(s.url + path, { ...gen, stream: true });
+      expect(streamed.status, `${path} (stream)`).to.equal(200);
+      const events = parseSse(await streamed.text());
+      const last = events.at(-1)!;
+      if (path === "/v1/chat/completions") {
+        expect(last.data).to.equal("[DONE]");
+        const e = events.at(-2)!.data.error;
+        expect(e.type).to.equal("invalid_request_error");
+        expect(e.message).to.match(reason);
+      } else if (path === "/v1/responses") {
+        expect(last.event).to.equal("response.failed");
+        expect(last.data.response.error.code).to.equal("invalid_request");
+        expect(last.data.response.error.message).to.match(reason);
+        expect(events.at(-2)!.event).to.equal("error");
+      } else {
+        expect(last.event).to.equal("error");
+        expect(last.data.error.type).to.equal("invalid_request_error");
+        expect(last.data.error.message).to.match(reason);
+      }
+    }
+    // Refusals, not failures of the server; the engine goes on generating.
+    const ok = await postJson(`${s.url}/v1/completions`, { prompt: "x", max_tokens: 2 });
+    expect(ok.status).to.equal(200);
+  });
 
   it("10,000 levels deep: 400 on count_tokens and messages, forced or not", async () => {
     for (const [path, choice] of [["/v1/messages/count_tokens", "any"], ["/v1/messages/count_tokens", "auto"], ["/v1/messages", "any"]] as const) {
