@@ -5,37 +5,46 @@
 
 namespace mb {
 namespace model_detail {
-namespace {
-
 std::string shape_str(const std::vector<int64_t>& ne) {
   std::string s = "[";
   for (size_t i = 0; i < ne.size(); i++) s += (i ? ", " : "") + std::to_string(ne[i]);
   return s + "]";
 }
 
-std::runtime_error missing(const std::string& name, const std::string& arch) {
-  return std::runtime_error("model: missing tensor '" + name + "', required by architecture '" + arch + "'");
+std::runtime_error tensor_error(const std::string& arch, const std::string& tensor, const std::string& found,
+                                const std::string& expected) {
+  return std::runtime_error("model: architecture '" + arch + "': tensor '" + tensor + "' " + found + "; expected " +
+                            expected);
 }
 
-std::runtime_error wrong_shape(const GgufTensor& t, const std::vector<int64_t>& want) {
-  return std::runtime_error("model: tensor '" + t.name + "' has shape " + shape_str(t.ne) + ", expected " +
-                            shape_str(want));
-}
-
-// The types kernels.h's matmul has a dot product for.
-void check_matmul_type(const GgufTensor& t) {
-  switch (t.type) {
+bool is_weight_type(GgmlType t) {
+  switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
     case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K:
     case GgmlType::Q6_K: case GgmlType::MXFP4:
-      return;
+      return true;
     default:
-      break;
+      return false;
   }
-  const char* tn = "unknown";
-  try { tn = ggml_type_name(t.type); } catch (...) {}
-  throw std::runtime_error("model: tensor '" + t.name + "' has unsupported type " + tn + " (" +
-                           std::to_string((unsigned)t.type) + ")");
+}
+
+std::string weight_types_str() {
+  std::string s;
+  for (uint32_t v = 0; v < 64; v++) {
+    const GgmlType t = (GgmlType)v;
+    if (is_weight_type(t)) s += std::string(s.empty() ? "" : ", ") + ggml_type_name(t);
+  }
+  return "one of " + s;
+}
+
+namespace {
+
+std::string type_str(GgmlType t) {
+  try {
+    return ggml_type_name(t);
+  } catch (...) {
+    return "unknown (" + std::to_string((unsigned)t) + ")";
+  }
 }
 
 }  // namespace
@@ -59,7 +68,9 @@ ModelConfig read_config(const GgufFile& f) {
                           : (int)f.get_int(a + "feed_forward_length");
   // vocab_size is optional; the embedding matrix always says how many tokens there are
   const GgufTensor* emb = f.tensor("token_embd.weight");
-  if (!emb) throw missing("token_embd.weight", c.arch);
+  if (!emb)
+    throw tensor_error(c.arch, "token_embd.weight", "is missing",
+                       "shape [" + std::to_string(c.n_embd) + ", n_vocab], type " + weight_types_str());
   c.n_vocab = emb->ne.size() >= 2 ? (int)emb->ne[1] : 0;
   if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0 ||
       c.head_dim <= 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 || c.n_vocab <= 0)
@@ -67,36 +78,41 @@ ModelConfig read_config(const GgufFile& f) {
   return c;
 }
 
-const GgufTensor& WeightLoader::require(const std::string& name) const {
+const GgufTensor& WeightLoader::require(const std::string& name, const std::vector<int64_t>& want) const {
   const GgufTensor* t = f_.tensor(name);
-  if (!t) throw missing(name, cfg_.arch);
+  if (!t) throw error(name, "is missing", "shape " + shape_str(want) + ", type " + weight_types_str());
   return *t;
 }
 
+void WeightLoader::check_type(const GgufTensor& t) const {
+  if (!is_weight_type(t.type)) throw error(t.name, "has type " + type_str(t.type), weight_types_str());
+}
+
 QMatrix WeightLoader::matrix(const std::string& name, int64_t K, int64_t N) const {
-  const GgufTensor& t = require(name);
-  if (t.ne.size() < 2 || t.ne[0] != K || t.ne[1] != N || t.n_elements() != K * N) throw wrong_shape(t, {K, N});
-  check_matmul_type(t);
+  const GgufTensor& t = require(name, {K, N});
+  if (t.ne.size() < 2 || t.ne[0] != K || t.ne[1] != N || t.n_elements() != K * N)
+    throw error(name, "has shape " + shape_str(t.ne), shape_str({K, N}));
+  check_type(t);
   return QMatrix{t.type, K, N, t.data};
 }
 
 ExpertMatrices WeightLoader::experts(const std::string& name, int64_t K, int64_t N, int64_t E) const {
-  const GgufTensor& t = require(name);
-  if (t.ne.size() != 3 || t.ne[0] != K || t.ne[1] != N || t.ne[2] != E) throw wrong_shape(t, {K, N, E});
-  check_matmul_type(t);
+  const GgufTensor& t = require(name, {K, N, E});
+  if (t.ne.size() != 3 || t.ne[0] != K || t.ne[1] != N || t.ne[2] != E)
+    throw error(name, "has shape " + shape_str(t.ne), shape_str({K, N, E}));
+  check_type(t);
   return ExpertMatrices{t.type, K, N, t.data, ggml_row_bytes(t.type, K) * (size_t)N};
 }
 
 std::vector<float> WeightLoader::vector(const std::string& name, int64_t n) const {
-  const GgufTensor& t = require(name);
-  if (t.n_elements() != n) throw wrong_shape(t, {n});
+  const GgufTensor& t = require(name, {n});
+  if (t.n_elements() != n) throw error(name, "has shape " + shape_str(t.ne), shape_str({n}));
+  check_type(t);
   std::vector<float> v((size_t)n);
-  if (t.type == GgmlType::F32) {
+  if (t.type == GgmlType::F32)
     std::memcpy(v.data(), t.data, (size_t)n * 4);
-  } else {
-    check_matmul_type(t);
+  else
     dequantize_row(QMatrix{t.type, n, 1, t.data}, 0, v.data());
-  }
   return v;
 }
 

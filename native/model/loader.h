@@ -7,6 +7,7 @@
 // (per expert for MoE), E experts, V n_vocab.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,19 @@ namespace model_detail {
 
 // Architecture-independent keys of `<arch>.*`; rope_neox is the architecture's to set.
 ModelConfig read_config(const GgufFile& f);
+
+// Every start-up error about a tensor reads the same way for every architecture, naming the
+// architecture, the tensor, what the file has and what was expected:
+//   model: architecture 'phi3': tensor 'blk.0.attn_qkv.weight' is missing; expected shape [256, 384], type one of F32, ...
+//   model: architecture 'phi3': tensor 'blk.0.attn_qkv.weight' has shape [256, 380]; expected [256, 384]
+//   model: architecture 'phi3': tensor 'blk.0.attn_qkv.weight' has type Q2_K; expected one of F32, ...
+// An architecture file that checks a tensor of its own builds its error here too.
+std::runtime_error tensor_error(const std::string& arch, const std::string& tensor, const std::string& found,
+                                const std::string& expected);
+std::string shape_str(const std::vector<int64_t>& ne);  // "[256, 384]"
+// The weight types matmul (and dequantize_row) take, for "expected" in those errors.
+bool is_weight_type(GgmlType t);
+std::string weight_types_str();  // "one of F32, F16, ..."
 
 // blk.N.attn_norm / attn_{q,k,v,output} (+ attn_{q,k,v}.bias).
 struct AttentionWeights {
@@ -73,9 +87,15 @@ class WeightLoader {
   SwiGluWeights swiglu(int il) const;
   MoeWeights moe(int il) const;
   static std::string blk(int il) { return "blk." + std::to_string(il) + "."; }
+  // tensor_error for this file's architecture.
+  std::runtime_error error(const std::string& tensor, const std::string& found, const std::string& expected) const {
+    return tensor_error(cfg_.arch, tensor, found, expected);
+  }
 
  private:
-  const GgufTensor& require(const std::string& name) const;
+  // The tensor, or an error saying it is missing and what shape and type were expected.
+  const GgufTensor& require(const std::string& name, const std::vector<int64_t>& want) const;
+  void check_type(const GgufTensor& t) const;
   const GgufFile& f_;
   const ModelConfig& cfg_;
 };

@@ -1,0 +1,173 @@
+// A GGUF the engine cannot run is refused at start-up with an error that names the architecture,
+// the tensor and what was expected: an unsupported architecture, a missing tensor, a tensor of
+// the wrong shape and one of a type no kernel takes. Each broken file is a copy of a fixture
+// with a few header bytes changed (same lengths, so every offset stays valid), made here.
+// `mashbox run` must exit 1 with the message on stderr; the engine (worker and addon) must
+// reject ready() with it.
+import { expect } from "chai";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createEngine } from "../../src/engine/engine.js";
+
+const FIXTURE = "test/fixtures/phi3-q4_k.gguf";
+const GGML_Q8_1 = 9; // a type no weight may have (activations only)
+
+interface TensorInfo {
+  name: string;
+  nameAt: number; // byte offset of the name's first byte
+  ne: bigint[];
+  neAt: number; // byte offset of ne[0]
+  type: number;
+  typeAt: number;
+}
+
+/** The tensor infos of a GGUF v3 file and where its header ends. */
+function readHeader(b: Buffer): { tensors: TensorInfo[]; end: number } {
+  let p = 0;
+  const u32 = () => { const v = b.readUInt32LE(p); p += 4; return v; };
+  const u64 = () => { const v = b.readBigUInt64LE(p); p += 8; return v; };
+  const str = () => { const n = Number(u64()); const s = b.toString("utf8", p, p + n); p += n; return s; };
+  const SIZES: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+  const skipValue = (type: number): void => {
+    if (type === 8) str();
+    else if (type === 9) {
+      const sub = u32();
+      const n = Number(u64());
+      for (let i = 0; i < n; i++) skipValue(sub);
+    } else if (SIZES[type] !== undefined) p += SIZES[type]!;
+    else throw new Error(`gguf value type ${type}`);
+  };
+  if (u32() !== 0x46554747) throw new Error("not a GGUF file");
+  u32();
+  const nTensors = Number(u64());
+  const nKv = Number(u64());
+  for (let i = 0; i < nKv; i++) {
+    str();
+    skipValue(u32());
+  }
+  const tensors: TensorInfo[] = [];
+  for (let i = 0; i < nTensors; i++) {
+    const nameAt = p + 8;
+    const name = str();
+    const nDims = u32();
+    const neAt = p;
+    const ne = Array.from({ length: nDims }, () => u64());
+    const typeAt = p;
+    const type = u32();
+    u64();
+    tensors.push({ name, nameAt, ne, neAt, type, typeAt });
+  }
+  return { tensors, end: p };
+}
+
+interface BadFile {
+  what: string;
+  bytes: Buffer;
+  message: RegExp[]; // all must appear in the error
+}
+
+function badFiles(): BadFile[] {
+  const src = readFileSync(FIXTURE);
+  const { tensors, end } = readHeader(src);
+  const norm = tensors.find((t) => t.name === "blk.0.attn_norm.weight")!;
+  expect(norm.type, "the fixture's norms are f32").to.equal(0);
+  const copy = () => Buffer.from(src);
+
+  // "phi3" -> "phi9" in the header: the architecture and all its keys, nothing else moves
+  const arch = copy();
+  for (let i = arch.indexOf("phi3"); i >= 0 && i < end; i = arch.indexOf("phi3", i + 4)) arch.write("phi9", i);
+
+  const missing = copy();
+  const down = tensors.find((t) => t.name === "blk.1.ffn_down.weight")!;
+  missing.write("blk.1.ffn_dowX.weight", down.nameAt);
+
+  // 256 f32 -> 128: the bytes it claims stay inside its own
+  const shape = copy();
+  shape.writeBigUInt64LE(norm.ne[0]! / 2n, norm.neAt);
+
+  // f32 -> Q8_1: 256 values in 288 bytes, inside the 1024 it had
+  const type = copy();
+  type.writeUInt32LE(GGML_Q8_1, norm.typeAt);
+
+  return [
+    { what: "an unsupported architecture", bytes: arch, message: [/unsupported architecture 'phi9'/, /expected one of: .*phi3/] },
+    {
+      what: "a missing tensor",
+      bytes: missing,
+      message: [/architecture 'phi3'/, /tensor 'blk\.1\.ffn_down\.weight' is missing/, /expected shape \[512, 256\], type one of F32/],
+    },
+    {
+      what: "a tensor of the wrong shape",
+      bytes: shape,
+      message: [/architecture 'phi3'/, /tensor 'blk\.0\.attn_norm\.weight' has shape \[128\]; expected \[256\]/],
+    },
+    {
+      what: "a tensor of the wrong type",
+      bytes: type,
+      message: [/architecture 'phi3'/, /tensor 'blk\.0\.attn_norm\.weight' has type Q8_1; expected one of F32, F16/],
+    },
+  ];
+}
+
+function runCli(model: string): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, ["bin/mashbox.js", "run", model, "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (d: string) => (stderr += d));
+  const timer = setTimeout(() => child.kill("SIGKILL"), 50_000);
+  return new Promise((resolve) =>
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stderr });
+    }),
+  );
+}
+
+describe("a model the engine cannot run is refused at start-up, naming what was expected", function () {
+  this.timeout(60_000);
+  let dir: string;
+  const cases = existsSync(FIXTURE) ? badFiles() : [];
+
+  before(function () {
+    if (!existsSync(FIXTURE)) throw new Error(`${FIXTURE} missing (npm run fixtures)`);
+    dir = mkdtempSync(join(tmpdir(), "mb-bad-model-"));
+  });
+  after(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("the unbroken fixture loads (so each failure below is the broken bytes')", async () => {
+    const engine = createEngine({ model_path: FIXTURE, model_id: "phi3", n_ctx: 64, n_slots: 1, n_threads: 1 });
+    try {
+      await engine.ready();
+      expect(engine.state).to.equal("ready");
+    } finally {
+      await engine.close();
+    }
+  });
+
+  for (const [i, c] of cases.entries()) {
+    it(`${c.what}: mashbox run exits 1 with the error; the engine rejects ready() with it`, async () => {
+      const file = join(dir, `bad-${i}.gguf`);
+      writeFileSync(file, c.bytes);
+
+      const run = await runCli(file);
+      expect(run.code, run.stderr).to.equal(1);
+      for (const m of c.message) expect(run.stderr).to.match(m);
+
+      const engine = createEngine({ model_path: file, model_id: "bad", n_ctx: 64, n_slots: 1, n_threads: 1 });
+      let err: unknown;
+      await engine.ready().catch((e) => (err = e));
+      try {
+        expect(engine.state).to.equal("failed");
+        for (const m of c.message) expect(String(err)).to.match(m);
+      } finally {
+        await engine.close();
+      }
+    });
+  }
+});
