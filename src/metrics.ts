@@ -128,8 +128,8 @@ export function createMetrics(engine: Engine): Metrics {
   });
   // A slot holds a whole context, so a running request is never evicted to make room.
   new Counter({ name: "mashbox:num_preemptions_total", help: "Requests preempted to free KV cache (never: a slot holds a whole context).", registers: reg });
-  // The CPU engine runs precompiled kernels only; nothing is compiled at run time.
-  new Counter({ name: "mashbox:compiles_after_ready_total", help: "Device programs compiled after the server reported ready.", registers: reg });
+  // Health's compiles_after_ready (0 before ready, where Health says null: nothing has been).
+  fromStats("mashbox:compiles_after_ready_total", "Device programs compiled after the server reported ready.", (s) => s.compiles_after_ready ?? 0);
 
   const success = new Counter({
     name: "mashbox:request_success_total",

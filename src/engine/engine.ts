@@ -119,7 +119,7 @@ class WorkerEngine implements ManagedEngine {
   private nextNid = 1;
   private nativeStats: NativeStats | null = null;
   /** What the running worker reported about its programs and model (Health). */
-  private identity: Pick<EngineStats, "deployment_id" | "component_set_sha" | "certification"> = {};
+  private identity: Pick<EngineStats, "deployment_id" | "component_set_sha" | "certification" | "compiles_after_ready"> = {};
   /** The host cache file this engine made (removed on close); null when given or off. */
   private ownedCachePath: string | null = null;
   private readyPromise: Promise<void>;
@@ -156,7 +156,9 @@ class WorkerEngine implements ManagedEngine {
           add_bos: info.add_bos,
           control_tokens: info.control_tokens,
         };
-        this.identity = { ...this.identity, deployment_id: info.deployment_id ?? null, certification: info.certification };
+        // The kernels are compiled ahead of time and the addon holds no compiler, so no worker
+        // compiles a program after it is ready: the count is a true 0 from the first ready on.
+        this.identity = { ...this.identity, deployment_id: info.deployment_id ?? null, certification: info.certification, compiles_after_ready: 0 };
         this.state = "ready";
         this.readyResolve();
         const again = this.resend;

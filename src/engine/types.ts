@@ -172,6 +172,8 @@ export interface EngineStats {
   deployment_id?: string | null;
   component_set_sha?: string | null;
   certification?: string;
+  /** Programs compiled since the engine first reported ready, in every worker it ran; absent before. */
+  compiles_after_ready?: number;
   /** MoE models: expert matmuls run per routed call site, in the running worker. */
   routed_expert_calls?: Record<string, number>;
   worker_pid: number | null;

@@ -44,9 +44,8 @@ export function healthBody(deps: AppDeps): Health {
     component_set_sha: s.component_set_sha ?? null,
     // The gate runs while the model loads; a set that fails it never becomes ready.
     certification: s.certification ?? "pending",
-    // The kernels are compiled ahead of time and nothing compiles at run time, so there is
-    // nothing to count (the spec's null for a process that does not count them).
-    compiles_after_ready: null,
+    // null before the engine was first ready; the same figure as mashbox:compiles_after_ready_total.
+    compiles_after_ready: s.compiles_after_ready ?? null,
     routed_experts: routedExperts(s.routed_expert_calls),
     worker_restarts: s.worker_restarts,
   };

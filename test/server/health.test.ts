@@ -1,7 +1,8 @@
 // Health's identity fields through HTTP on a real engine: deployment_id (the addon's bytes and
 // the kernel set), component_set_sha (the model file's sha256, cached by path, size and mtime in
 // $MASHBOX_HOME/hashes.json; null until the worker has it), certification (the start-up kernel
-// gate, "passed" on this CPU), compiles_after_ready (null: nothing compiles at run time) and
+// gate, "passed" on this CPU), compiles_after_ready (0 from ready on, through a worker restart,
+// and the same in /metrics: the kernels are compiled ahead of time; null before ready) and
 // routed_experts (the MoE path and the routed call sites that ran). The gate's failing path is
 // tested natively (native/kernels/tests/test_kernels.cpp, test_certify) with wrong kernels.
 import { expect } from "chai";
@@ -55,11 +56,41 @@ describe("Health identity fields", function () {
       expect(h.deployment_id).to.match(new RegExp(`^${addon}-(avx512vnni|avx2|ref)$`));
       expect(h.component_set_sha).to.equal(sha256(model));
       expect(h.certification).to.equal("passed");
-      expect(h.compiles_after_ready).to.equal(null);
+      expect(h.compiles_after_ready).to.equal(0);
       const again = await health(s.url);
       for (const k of ["deployment_id", "component_set_sha", "certification", "compiles_after_ready"]) expect(again[k], k).to.deep.equal(h[k]);
       const cache = JSON.parse(readFileSync(join(home, "hashes.json"), "utf8"));
       expect(cache[model].sha256).to.equal(sha256(model));
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("compiles_after_ready: a count from ready on, through a worker restart, equal to the metric", async () => {
+    const s = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    const metric = async () => {
+      const text = await (await fetch(`${s.url}/metrics`)).text();
+      const line = /^mashbox:compiles_after_ready_total (\S+)$/m.exec(text);
+      expect(line, "mashbox:compiles_after_ready_total").to.not.equal(null);
+      return Number(line![1]);
+    };
+    try {
+      expect((await postJson(`${s.url}/v1/completions`, { prompt: "x", max_tokens: 3 })).status).to.equal(200);
+      const h = await health(s.url);
+      expect(h.compiles_after_ready).to.equal(0);
+      expect(await metric()).to.equal(h.compiles_after_ready);
+      // Counted over every worker the server ran: a restarted one does not make it unknown again.
+      process.kill(h.worker_pid as number, "SIGKILL");
+      let after = h;
+      for (let i = 0; i < 600 && !(after.status === "ok" && after.worker_restarts === 1); i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        const r = await fetch(s.url + "/v1/health");
+        after = (await r.json()) as Record<string, unknown>;
+        if (after.status === "loading") expect(after.compiles_after_ready, "while the worker restarts").to.equal(0);
+      }
+      expect(after.worker_restarts).to.equal(1);
+      expect(after.compiles_after_ready).to.equal(0);
+      expect(await metric()).to.equal(0);
     } finally {
       await s.close();
     }

@@ -23,7 +23,9 @@ describe("while the model loads", function () {
   it("GET /v1/health is 503 with status loading; HEAD is 503 with no body", async () => {
     const r = await fetch(`${s.url}/v1/health`);
     expect(r.status).to.equal(503);
-    expect((await r.json()).status).to.equal("loading");
+    const body = await r.json();
+    expect(body.status).to.equal("loading");
+    expect(body.compiles_after_ready, "null before ready").to.equal(null);
     const h = await rawRequest(s.port, { method: "HEAD", path: "/v1/health" });
     expect(h.status).to.equal(503);
     expect(h.body).to.equal("");

@@ -37,7 +37,7 @@ describe("server routes", function () {
       expect(h.waiting).to.equal(0);
       expect(h.worker_restarts).to.equal(0);
       expect(h.worker_pid).to.be.a("number").and.not.equal(process.pid);
-      expect(h.compiles_after_ready).to.equal(null);
+      expect(h.compiles_after_ready).to.equal(0);
     }
   });
 
