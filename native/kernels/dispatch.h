@@ -37,6 +37,11 @@ struct Gemm8 {
   void (*pack)(const uint8_t* xq, size_t x_stride, int nt, int64_t k, uint8_t* packed);
   void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
               size_t ldy);
+  // Optional: run over two consecutive packed groups (the first full, the second of nt tokens,
+  // group_bytes after it; y rows of the second 8 * ldy after the first), each weight block unpacked
+  // once for both; the same bits as run on each group.
+  void (*run2)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, size_t group_bytes,
+               int nt, float* y, size_t ldy);
 };
 
 struct KernelTable {

@@ -1,6 +1,9 @@
-// The GEMM driver: quantize x once, split N over the pool, and within each thread walk strips of
-// up to 4 weight rows across all T tokens so a strip is fetched from memory once per call.
+// The GEMM driver: quantize x once, hand out the 8-token GEMM's work in chunks to whichever
+// thread is free, and give the tile kernels' tokens a contiguous share of N per thread, within
+// which strips of up to 4 weight rows walk all their tokens so a strip is fetched from memory
+// once per call.
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +22,10 @@ constexpr size_t kL2Budget = 1 << 20;        // weight bytes per thread assumed 
 constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
 constexpr int kGemm8Group = 8;          // tokens per Gemm8 group
 constexpr int kGemm8MinTokens = 4;      // a last group with fewer tokens goes to the tile kernels instead
+// Gemm8 chunks: about this many per thread (fewer leave a thread idle at the end when the other
+// was preempted), of at most this many rows (more gain nothing: ~10 us of work at K = 576)
+constexpr int kChunksPerThread = 16;
+constexpr int64_t kMaxChunkRows = 64;
 }  // namespace
 
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
@@ -34,78 +41,99 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   const size_t xrb = ggml_row_bytes(vt, K);      // quantized activation row bytes
   const int nth = pool ? pool->size() : 1;
 
-  // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call, in the
-  // caller's scratch when it gave one (grown, never shrunk, so steady state allocates nothing)
-  std::vector<uint8_t> local, local_packed;
-  std::vector<uint8_t>& buf = scratch ? scratch->xq : local;
-  const uint8_t* xq;
-  if (vt == GgmlType::F32) {
-    xq = reinterpret_cast<const uint8_t*>(x);
-  } else {
-    if (buf.size() < (size_t)T * xrb) buf.resize((size_t)T * xrb);
-    uint8_t* xb = buf.data();
-    if (nth > 1 && T >= kParallelQuantRows) {
-      pool->run([&](int ith, int n) {
-        for (int t = ith; t < T; t += n) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
-      });
-    } else {
-      for (int t = 0; t < T; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
-    }
-    xq = xb;
-  }
-
   // Tokens [0, tg) go through the table's 8-token GEMM where it has one, in groups packed once
   // per call; the rest (all of them without one) through the tile kernels. Same bits either way.
   const Gemm8& g8 = kt.gemm8[slot];
   const int ng = g8.run ? T / kGemm8Group + (T % kGemm8Group >= kGemm8MinTokens ? 1 : 0) : 0;
   const int tg = std::min(T, ng * kGemm8Group);
   const size_t gpb = ng ? g8.packed_bytes(K) : 0;  // packed bytes per group
-  const uint8_t* packed = nullptr;
+
+  // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call, and
+  // packed[ng][gpb] the groups, in the caller's scratch when it gave one (grown, never shrunk, so
+  // steady state allocates nothing). Quantizing and packing share one pass: a group is packed by
+  // the thread that just quantized its tokens.
+  std::vector<uint8_t> local, local_packed;
+  std::vector<uint8_t>& buf = scratch ? scratch->xq : local;
+  uint8_t* pb = nullptr;
   if (ng) {
     std::vector<uint8_t>& pbuf = scratch ? scratch->packed : local_packed;
     if (pbuf.size() < (size_t)ng * gpb) pbuf.resize((size_t)ng * gpb);
-    uint8_t* pb = pbuf.data();
-    auto pack = [&](int g) {
-      const int t0 = g * kGemm8Group;
-      g8.pack(xq + (size_t)t0 * xrb, xrb, std::min(kGemm8Group, T - t0), K, pb + (size_t)g * gpb);
+    pb = pbuf.data();
+  }
+  const uint8_t* xq;
+  if (vt == GgmlType::F32) {
+    xq = reinterpret_cast<const uint8_t*>(x);
+  } else {
+    if (buf.size() < (size_t)T * xrb) buf.resize((size_t)T * xrb);
+    xq = buf.data();
+  }
+  if (vt != GgmlType::F32 || ng) {
+    uint8_t* xb = buf.data();
+    // unit u < ng: group u's tokens, then its pack; u >= ng: token tg + (u - ng) alone
+    const int units = ng + (T - tg);
+    auto prepare = [&](int u) {
+      const int t0 = u < ng ? u * kGemm8Group : tg + (u - ng);
+      const int nt = u < ng ? std::min(kGemm8Group, T - t0) : 1;
+      if (vt != GgmlType::F32)
+        for (int t = t0; t < t0 + nt; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
+      if (u < ng) g8.pack(xq + (size_t)t0 * xrb, xrb, nt, K, pb + (size_t)u * gpb);
     };
     if (nth > 1 && T >= kParallelQuantRows) {
-      pool->run([&](int ith, int n) {
-        for (int g = ith; g < ng; g += n) pack(g);
+      std::atomic<int> next{0};
+      pool->run([&](int, int) {
+        for (int u; (u = next.fetch_add(1, std::memory_order_relaxed)) < units;) prepare(u);
       });
     } else {
-      for (int g = 0; g < ng; g++) pack(g);
+      for (int u = 0; u < units; u++) prepare(u);
     }
-    packed = pb;
   }
+  const uint8_t* packed = pb;
+
+  // The groups go out in chunks of (group step, block of rows) to whichever thread is free
+  // (a thread that the OS preempts on a busy machine delays a chunk, not a fixed half of the
+  // call). A step is two groups where the table has run2. If the matrix fits in a thread's L2,
+  // chunks go step by step, so the packed step stays in L1 while the rows pass over it; if not
+  // (the output matrix), block by block, so each block of weights is fetched from memory once.
+  const int gstep = g8.run2 ? 2 : 1;
+  const int nsteps = (ng + gstep - 1) / gstep;
+  const bool fits_l2 = (size_t)N * wrb <= kL2Budget;
+  const int64_t rb = std::max<int64_t>(
+      kRowTile, std::min<int64_t>(kMaxChunkRows, N * nsteps / ((int64_t)nth * kChunksPerThread)) / kRowTile * kRowTile);
+  const int64_t nrb = (N + rb - 1) / rb;
+  const int64_t nchunks = (int64_t)nsteps * nrb;
+  std::atomic<int64_t> next_chunk{0};
+  auto gemm_chunk = [&](int64_t c) {
+    const int s = (int)(fits_l2 ? c / nrb : c % nsteps);
+    const int64_t ra = (fits_l2 ? c % nrb : c / nsteps) * rb, rz = std::min(N, ra + rb);
+    const int g = s * gstep, t0 = g * kGemm8Group;
+    const bool two = gstep == 2 && g + 1 < ng;
+    for (int64_t r = ra; r < rz; r += kRowTile) {
+      const int nr = (int)std::min<int64_t>(kRowTile, rz - r);
+      if (two)
+        g8.run2(K, W.data + (size_t)r * wrb, wrb, nr, packed + (size_t)g * gpb, gpb,
+                std::min(kGemm8Group, T - t0 - kGemm8Group), y + (size_t)t0 * N + r, (size_t)N);
+      else
+        g8.run(K, W.data + (size_t)r * wrb, wrb, nr, packed + (size_t)g * gpb, std::min(kGemm8Group, T - t0),
+               y + (size_t)t0 * N + r, (size_t)N);
+    }
+  };
 
   const DotFn dot = kt.dot[slot];
   // With T = 1 the tile kernels run 4 rows x 1 token: four independent accumulator chains, no
   // token loop, and results identical to the row dot.
   const TileFn tile = kt.tile[slot];
   auto work = [&](int ith, int n) {
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < nchunks;) gemm_chunk(c);
+    if (tg == T) return;
     // contiguous, strip-aligned share of N per thread
     const int64_t strips = (N + kRowTile - 1) / kRowTile;
     const int64_t per = (strips + n - 1) / n;
     const int64_t r0 = std::min(N, ith * per * kRowTile);
     const int64_t r1 = std::min(N, (ith + 1) * per * kRowTile);
-    // If this thread's rows fit in L2, every token block (or group) passes over all of them and
-    // they come from L2 after the first; if not (the output matrix), each strip meets all tokens
-    // in turn, so the weights come from memory once per call.
+    // If this thread's rows fit in L2, every token block passes over all of them and they come
+    // from L2 after the first; if not (the output matrix), each strip meets all tokens in turn,
+    // so the weights come from memory once per call.
     const bool rows_fit_l2 = (size_t)(r1 - r0) * wrb <= kL2Budget;
-    auto group = [&](int g, int64_t r) {
-      const int t0 = g * kGemm8Group;
-      g8.run(K, W.data + (size_t)r * wrb, wrb, (int)std::min<int64_t>(kRowTile, r1 - r), packed + (size_t)g * gpb,
-             std::min(kGemm8Group, T - t0), y + (size_t)t0 * N + r, (size_t)N);
-    };
-    if (rows_fit_l2) {
-      for (int g = 0; g < ng; g++)
-        for (int64_t r = r0; r < r1; r += kRowTile) group(g, r);
-    } else {
-      for (int64_t r = r0; r < r1; r += kRowTile)
-        for (int g = 0; g < ng; g++) group(g, r);
-    }
-    if (tg == T) return;
     if (!tile) {
       // types without a tiled kernel: row dots; each row stays in L1 across the T tokens
       for (int64_t r = r0; r < r1; r++) {
