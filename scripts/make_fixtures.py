@@ -255,6 +255,73 @@ def write_phi3(path, tok_kv, n_vocab, wtype, etype, seed, rope_dim, n_ctx_orig, 
     os.replace(path + ".tmp", path)
 
 
+# gemma3 at fixture scale: 7 layers, so with the default pattern (every 6th global) layers 0-4
+# and 6 slide and layer 5 sees everything; a window of 20, well inside the oracle's ~100-token
+# sequence; head dim 64 with H * Dh != D (key_length must be honoured); Gemma 3's own SPM
+# vocabulary (262,144 tokens), read from the real model (`mashbox pull gemma3-270m`). Norm weights
+# are stored as llama.cpp's converter writes them, already 1 + w.
+GEMMA3 = dict(D=128, H=4, HK=2, DH=64, F=384, L=7, WINDOW=20)
+
+
+def gemma3_model_path():
+    if os.environ.get("MB_GEMMA3_MODEL"):
+        return os.environ["MB_GEMMA3_MODEL"]
+    home = os.environ.get("MASHBOX_HOME")
+    base = os.path.join(home, "models") if home else os.path.join(os.path.expanduser("~"), ".cache", "mashbox", "models")
+    return os.path.join(base, "gemma-3-270m-q4_k_m.gguf")
+
+
+def write_gemma3(path, tok_kv, n_vocab, wtype, etype, seed):
+    g = GEMMA3
+    D, H, HK, DH, F = g["D"], g["H"], g["HK"], g["DH"], g["F"]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path + ".tmp", "gemma3")
+    w.add_name(os.path.basename(path)[:-5])
+    w.add_block_count(g["L"])
+    w.add_context_length(32768)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(HK)
+    w.add_key_length(DH)
+    w.add_value_length(DH)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    w.add_sliding_window(g["WINDOW"])
+    for key, val, vtype, sub in tok_kv:
+        w.add_key_value(key, val, vtype, sub)
+
+    def add(name, shape, qtype, scale=0.05):
+        arr, raw = make_tensor(rng, shape, qtype, scale)
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    add("token_embd.weight", (n_vocab, D), etype)
+    for i in range(g["L"]):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", D)
+        add(p + "attn_q.weight", (H * DH, D), wtype)
+        add(p + "attn_k.weight", (HK * DH, D), wtype)
+        add(p + "attn_v.weight", (HK * DH, D), wtype)
+        norm(p + "attn_q_norm.weight", DH)
+        norm(p + "attn_k_norm.weight", DH)
+        add(p + "attn_output.weight", (D, H * DH), wtype)
+        norm(p + "post_attention_norm.weight", D)
+        norm(p + "ffn_norm.weight", D)
+        add(p + "ffn_gate.weight", (F, D), wtype)
+        add(p + "ffn_up.weight", (F, D), wtype)
+        add(p + "ffn_down.weight", (D, F), wtype)
+        norm(p + "post_ffw_norm.weight", D)
+    norm("output_norm.weight", D)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -267,6 +334,7 @@ def main():
         "qwen2": os.path.join(models, "ggml-vocab-qwen2.gguf"),
         "llama-spm": os.path.join(models, "ggml-vocab-llama-spm.gguf"),
         "phi-3": os.path.join(models, "ggml-vocab-phi-3.gguf"),
+        "gemma3": gemma3_model_path(),
     }
     tok_cache = {}
 
@@ -299,6 +367,7 @@ def main():
          {"rope_dim": 24, "n_ctx_orig": 32, "tied": False, "sliding_window": 16}),
         ("phi3-q4_k", "phi3", "phi-3", Q.Q4_K, Q.Q6_K,
          {"rope_dim": 32, "n_ctx_orig": 4096, "tied": True, "sliding_window": 0}),
+        ("gemma3-q8_0", "gemma3", "gemma3", Q.Q8_0, Q.Q8_0, {}),  # write_gemma3
     ]
     t0 = time.time()
     for seed, (name, arch, tk, wt, et, extra) in enumerate(plan, start=1):
@@ -306,7 +375,14 @@ def main():
         if os.path.exists(path):
             print(f"exists  {path}")
             continue
+        if tk == "gemma3" and not os.path.exists(sources[tk]):
+            print(f"skip    {path}: its vocabulary comes from {sources[tk]} (mashbox pull gemma3-270m)")
+            continue
         kv, n_vocab = tok(tk)
+        if arch == "gemma3":
+            write_gemma3(path, kv, n_vocab, wt, et, seed)
+            print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
+            continue
         if arch == "phi3":
             write_phi3(path, kv, n_vocab, wt, et, seed, **extra)
             print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
