@@ -195,6 +195,101 @@ def write_model(path, arch, tok_kv, n_vocab, wtype, etype, seed, tied=True, bias
     os.replace(path + ".tmp", path)
 
 
+# gpt-oss: its tensors and hyperparameters at fixture scale (D 256, 4 layers alternating sliding
+# window and full attention, 32 experts top-4 in MXFP4, YaRN factor 32), the qwen2 vocabulary with
+# harmony's control tokens in place of padding entries, and gpt-oss's own chat template. The
+# window is 32, not 128, so the oracle's ~100-token sequence reaches past it.
+GPTOSS = dict(D=256, H=4, HK=2, DH=64, L=4, E=32, EK=4, F=256, WINDOW=32)
+HARMONY_TOKENS = [b"<|start|>", b"<|end|>", b"<|message|>", b"<|channel|>", b"<|constrain|>", b"<|return|>",
+                  b"<|call|>"]
+
+
+def mxfp4_tensor(rng, shape):
+    """Random MXFP4 blocks (32 values: an E8M0 byte, then 16 bytes of E2M1 nibbles), |w| ~ 0.05."""
+    assert shape[-1] % 32 == 0
+    nb = shape[-1] // 32
+    raw = rng.integers(0, 256, size=(*shape[:-1], nb, 17), dtype=np.uint8)
+    raw[..., 0] = rng.integers(119, 123, size=raw.shape[:-1], dtype=np.uint8)  # 2^-9 .. 2^-6
+    return raw.reshape(*shape[:-1], nb * 17)
+
+
+def write_gptoss(path, tok_kv, n_vocab, seed):
+    g = GPTOSS
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path + ".tmp", "gpt-oss")
+    w.add_name(os.path.basename(path)[:-5])
+    w.add_block_count(g["L"])
+    w.add_context_length(131072)
+    w.add_embedding_length(g["D"])
+    w.add_feed_forward_length(g["F"])
+    w.add_head_count(g["H"])
+    w.add_head_count_kv(g["HK"])
+    w.add_key_length(g["DH"])
+    w.add_value_length(g["DH"])
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_dimension_count(g["DH"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    w.add_sliding_window(g["WINDOW"])
+    w.add_expert_count(g["E"])
+    w.add_expert_used_count(g["EK"])
+    w.add_expert_feed_forward_length(g["F"])
+    template = open(os.path.join(LLAMA_CPP, "models", "templates", "openai-gpt-oss-120b.jinja")).read()
+    for key, val, vtype, sub in tok_kv:
+        if key == "tokenizer.chat_template":
+            continue
+        if key == "tokenizer.ggml.tokens":
+            first_pad = val.index(b"[PAD151646]")
+            val = val[:first_pad] + HARMONY_TOKENS + val[first_pad + len(HARMONY_TOKENS):]
+        if key == "tokenizer.ggml.token_type":
+            val = list(val)
+            val[first_pad:first_pad + len(HARMONY_TOKENS)] = [3] * len(HARMONY_TOKENS)  # CONTROL
+        if key == "tokenizer.ggml.eos_token_id":
+            val = first_pad + HARMONY_TOKENS.index(b"<|return|>")
+        w.add_key_value(key, val, vtype, sub)
+    w.add_chat_template(template)
+    D, H, HK, DH, E, F = g["D"], g["H"], g["HK"], g["DH"], g["E"], g["F"]
+
+    def add(name, shape, qtype, scale=0.05):
+        arr, raw = make_tensor(rng, shape, qtype, scale)
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def f32(name, shape, scale, mean=0.0):
+        w.add_tensor(name, (mean + scale * rng.standard_normal(shape)).astype(np.float32))
+
+    add("token_embd.weight", (n_vocab, D), Q.Q8_0)
+    for i in range(g["L"]):
+        p = f"blk.{i}."
+        f32(p + "attn_norm.weight", D, 0.1, 1.0)
+        add(p + "attn_q.weight", (H * DH, D), Q.Q8_0)
+        add(p + "attn_k.weight", (HK * DH, D), Q.Q8_0)
+        add(p + "attn_v.weight", (HK * DH, D), Q.Q8_0)
+        f32(p + "attn_q.bias", H * DH, 0.1)
+        f32(p + "attn_k.bias", HK * DH, 0.1)
+        f32(p + "attn_v.bias", HK * DH, 0.1)
+        add(p + "attn_output.weight", (D, H * DH), Q.Q8_0)
+        f32(p + "attn_output.bias", D, 0.1)
+        f32(p + "attn_sinks.weight", H, 1.0)
+        f32(p + "post_attention_norm.weight", D, 0.1, 1.0)
+        f32(p + "ffn_gate_inp.weight", (E, D), 1.0)
+        f32(p + "ffn_gate_inp.bias", E, 0.5)
+        for name, shape in (("gate", (E, F, D)), ("up", (E, F, D)), ("down", (E, D, F))):
+            w.add_tensor(p + f"ffn_{name}_exps.weight", mxfp4_tensor(rng, shape), raw_dtype=Q.MXFP4)
+        # wide enough that some gate and up values pass the SwiGLU clamp (|7|)
+        f32(p + "ffn_gate_exps.bias", (E, F), 3.0)
+        f32(p + "ffn_up_exps.bias", (E, F), 3.0)
+        f32(p + "ffn_down_exps.bias", (E, D), 0.1)
+    f32("output_norm.weight", D, 0.1, 1.0)
+    add("output.weight", (n_vocab, D), Q.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
 # phi3 at fixture scale: fused attn_qkv (rows Q | K | V) and ffn_up (rows gate | up), D 256 with
 # 8 heads of 32 (H * Dh = D, as phi3 requires), LongRoPE factors shared by every layer, Phi-3's
 # SPM vocabulary. rope_dim < Dh gives partial rotary (Phi-4-mini rotates 96 of 128); n_ctx_orig
@@ -362,6 +457,7 @@ def main():
         ("qwen3-q4_k", "qwen3", "qwen2", Q.Q4_K, Q.Q6_K, {"qk_norm": True, "head_dim": QWEN3_DH}),
         ("qwen3moe-q8_0", "qwen3moe", "qwen2", Q.Q8_0, Q.Q8_0, {"qk_norm": True, "moe": True}),
         ("llama-spm-bos-q8_0", "llama", "llama-spm", Q.Q8_0, Q.Q8_0, {"tied": False, "chat_template": BOS_TEMPLATE}),
+        ("gpt-oss-mxfp4", "gpt-oss", "qwen2", Q.MXFP4, Q.Q8_0, {}),  # write_gptoss: its own layout
         # write_phi3: partial rotary with the long factors; full rotary with the short ones
         ("phi3-q8_0", "phi3", "phi-3", Q.Q8_0, Q.Q8_0,
          {"rope_dim": 24, "n_ctx_orig": 32, "tied": False, "sliding_window": 16}),
@@ -385,6 +481,10 @@ def main():
             continue
         if arch == "phi3":
             write_phi3(path, kv, n_vocab, wt, et, seed, **extra)
+            print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
+            continue
+        if arch == "gpt-oss":
+            write_gptoss(path, kv, n_vocab, seed)
             print(f"wrote   {path} ({os.path.getsize(path) >> 20} MiB)")
             continue
         write_model(path, arch, kv, n_vocab, wt, et, seed, **extra)

@@ -16,6 +16,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, 
     const char* arch;
     Factory load;
   } kArchitectures[] = {{"llama", load_llama}, {"qwen2", load_qwen2}, {"qwen3", load_qwen3}, {"qwen3moe", load_qwen3moe},
+                        {"gpt-oss", load_gptoss},
                         {"phi3", load_phi3}, {"gemma3", load_gemma3}};
   const std::string arch = file->get_str("general.architecture", "");
   for (const auto& a : kArchitectures)

@@ -90,6 +90,10 @@ class Transformer : public Model {
   void rope_heads(float* x, int n_heads, int pos) const;
   // Row t's k, v [Hk*Dh] into layer il's cache at its (slot, pos), rounded to f16.
   void store_kv(int il, const Chunk& c, int t);
+  // Layer il's cached K or V of one (slot, KV head): [C][Dh] f16, for an architecture whose
+  // attention the kernel does not cover (gpt-oss: sinks, sliding window).
+  const uint16_t* k_cache_of(int il, int slot, int g) const { return &k_cache_[kv_index(il, slot, g, 0)]; }
+  const uint16_t* v_cache_of(int il, int slot, int g) const { return &v_cache_[kv_index(il, slot, g, 0)]; }
   // att[T, H*Dh] = causal softmax(q·K^T / sqrt(Dh)) · V of each row against its slot's cache.
   // kq_scale 0 means 1/sqrt(Dh); an architecture that scales q itself (phi3) passes 1.
   void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att, float kq_scale = 0.f);
@@ -184,8 +188,10 @@ std::unique_ptr<Model> load_qwen3(std::shared_ptr<GgufFile> file, ModelConfig cf
                                   const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_qwen3moe(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                      const model_detail::Capacity& cap, ThreadPool* pool);
-std::unique_ptr<Model> load_gemma3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
+std::unique_ptr<Model> load_gptoss(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                    const model_detail::Capacity& cap, ThreadPool* pool);
 std::unique_ptr<Model> load_phi3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
                                  const model_detail::Capacity& cap, ThreadPool* pool);
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<GgufFile> file, ModelConfig cfg,
+                                   const model_detail::Capacity& cap, ThreadPool* pool);
 }  // namespace mb

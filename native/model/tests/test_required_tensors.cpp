@@ -59,6 +59,32 @@ std::vector<Tensor> complete_model(const std::string& arch, std::set<std::string
     }
     return t;
   }
+  if (arch == "gpt-oss") {
+    // biased attention with sinks, a biased router and biased experts; nothing optional but the head
+    for (int il = 0; il < L; il++) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      t.push_back({p + "attn_norm.weight", {D}});
+      t.push_back({p + "attn_q.weight", {D, H * DH}});
+      t.push_back({p + "attn_k.weight", {D, HK * DH}});
+      t.push_back({p + "attn_v.weight", {D, HK * DH}});
+      t.push_back({p + "attn_q.bias", {H * DH}});
+      t.push_back({p + "attn_k.bias", {HK * DH}});
+      t.push_back({p + "attn_v.bias", {HK * DH}});
+      t.push_back({p + "attn_output.weight", {H * DH, D}});
+      t.push_back({p + "attn_output.bias", {D}});
+      t.push_back({p + "attn_sinks.weight", {H}});
+      t.push_back({p + "post_attention_norm.weight", {D}});
+      t.push_back({p + "ffn_gate_inp.weight", {D, E}});
+      t.push_back({p + "ffn_gate_inp.bias", {E}});
+      t.push_back({p + "ffn_gate_exps.weight", {D, F, E}});
+      t.push_back({p + "ffn_up_exps.weight", {D, F, E}});
+      t.push_back({p + "ffn_down_exps.weight", {F, D, E}});
+      t.push_back({p + "ffn_gate_exps.bias", {F, E}});
+      t.push_back({p + "ffn_up_exps.bias", {F, E}});
+      t.push_back({p + "ffn_down_exps.bias", {D, E}});
+    }
+    return t;
+  }
   for (int il = 0; il < L; il++) {
     const std::string p = "blk." + std::to_string(il) + ".";
     t.push_back({p + "attn_norm.weight", {D}});
@@ -112,8 +138,9 @@ std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tenso
       {"block_count", L}, {"embedding_length", D}, {"feed_forward_length", F}, {"attention.head_count", H},
       {"attention.head_count_kv", HK}, {"attention.key_length", DH}, {"attention.value_length", DH},
       {"context_length", 256}};
-  if (arch == "qwen3moe")
+  if (arch == "qwen3moe" || arch == "gpt-oss")
     ints.insert(ints.end(), {{"expert_count", E}, {"expert_used_count", EK}, {"expert_feed_forward_length", F}});
+  if (arch == "gpt-oss") ints.push_back({"attention.sliding_window", 4});
 
   u32(0x46554747); u32(3); u64(kept.size()); u64(2 + ints.size());
   str("general.architecture"); u32(kStr); str(arch);
@@ -176,7 +203,7 @@ std::string shape_of(const std::vector<int64_t>& ne) {
 
 int main() {
   mb::ThreadPool pool(2);
-  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt-oss"}) {
     std::set<std::string> optional;
     const std::vector<Tensor> tensors = complete_model(arch, optional);
     const std::string complete = try_load(write_gguf(arch, tensors, ""), &pool);
