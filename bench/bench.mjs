@@ -52,7 +52,7 @@ function longText(i, n) {
   return `Story ${i}: ` + filler.repeat(Math.ceil(n / 30) + 10);
 }
 
-async function benchMashbox() {
+async function benchMashbox(model = MODEL, { streams = true } = {}) {
   const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
   if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
   const addon = createRequire(import.meta.url)(addonPath);
@@ -60,7 +60,7 @@ async function benchMashbox() {
   const waiters = new Map();
   const results = new Map();
   const engine = new addon.Engine();
-  const info = await engine.load({ model_path: MODEL, n_ctx: CTX, n_slots: STREAMS, n_threads: THREADS, max_batch: 512 }, (evs) => {
+  const info = await engine.load({ model_path: model, n_ctx: CTX, n_slots: STREAMS, n_threads: THREADS, max_batch: 512 }, (evs) => {
     for (const e of evs) {
       const r = results.get(e.id);
       if (!r) continue;
@@ -91,6 +91,10 @@ async function benchMashbox() {
   const prefill = rate(PREFILL_N, pf.done.prompt_ms);
   const dc = await run(cut(2, 16), DECODE_N);
   const decode = rate(dc.tokens - 1, dc.t_last - dc.t_first);
+  if (!streams) {
+    engine.close();
+    return { prefill, decode };
+  }
   const t0 = performance.now();
   const all = await Promise.all(Array.from({ length: STREAMS }, (_, i) => run(cut(10 + i, 16), DECODE_N)));
   const wall = performance.now() - t0;
@@ -167,10 +171,10 @@ async function benchLlamaLong() {
   return out;
 }
 
-async function benchLlama() {
+async function benchLlama(modelPath = MODEL, { streams = true } = {}) {
   const { getLlama } = await import("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never" });
-  const model = await llama.loadModel({ modelPath: MODEL });
+  const model = await llama.loadModel({ modelPath });
   const cut = (i, n) => model.tokenize(promptText(i)).slice(0, n);
 
   const single = await model.createContext({ contextSize: CTX, sequences: 1, threads: THREADS, batchSize: 512 });
@@ -194,6 +198,11 @@ async function benchLlama() {
   const d = await decodeOne(seq, cut(2, 16));
   const decode = rate(d.n - 1, d.tEnd - d.tFirst);
   await single.dispose();
+  if (!streams) {
+    await model.dispose();
+    await llama.dispose();
+    return { prefill, decode };
+  }
 
   const multi = await model.createContext({ contextSize: CTX, sequences: STREAMS, threads: THREADS, batchSize: 512 });
   const seqs = Array.from({ length: STREAMS }, () => multi.getSequence());
@@ -228,6 +237,31 @@ if (!LONG_ONLY) {
     if (mb) console.log(
       `ratio        prefill ${(mb.prefill / ll.prefill).toFixed(2)}x | decode ${(mb.decode / ll.decode).toFixed(2)}x | ${STREAMS}-stream ${(mb.agg / ll.agg).toFixed(2)}x` +
         ` (targets >= 1.0x, >= 1.0x, >= 2x llama-server's ~39 tok/s: ${(mb.agg / 39).toFixed(2)}x)`,
+    );
+  }
+}
+// One line per architecture besides the default model's: prefill and decode against llama.cpp
+// on that architecture's random-weight fixture (`npm run fixtures`). MB_BENCH_ARCHS=phi3,... picks
+// some ("" none).
+const ARCH_FIXTURES = {
+  phi3: "test/fixtures/phi3-q8_0.gguf",
+};
+const ARCHS = (process.env.MB_BENCH_ARCHS ?? Object.keys(ARCH_FIXTURES).join(",")).split(",").filter((a) => a in ARCH_FIXTURES);
+if (!LONG_ONLY && ARCHS.length > 0) {
+  console.log(`architectures (fixtures, prefill ${PREFILL_N}, decode ${DECODE_N}, threads ${THREADS}):`);
+  for (const arch of ARCHS) {
+    const file = resolve(root, ARCH_FIXTURES[arch]);
+    if (!existsSync(file)) {
+      console.log(`  ${arch.padEnd(9)} ${ARCH_FIXTURES[arch]} missing (npm run fixtures)`);
+      continue;
+    }
+    const a = skipMashbox ? null : await benchMashbox(file, { streams: false });
+    const b = skipLlama ? null : await benchLlama(file, { streams: false });
+    const side = (m, k) => (m ? m[k].toFixed(1) : "-");
+    const ratio = (k) => (a && b ? ` (${(a[k] / b[k]).toFixed(2)}x)` : "");
+    console.log(
+      `  ${arch.padEnd(9)} prefill mashbox ${side(a, "prefill")} | llama.cpp ${side(b, "prefill")} tok/s${ratio("prefill")}` +
+        `  || decode mashbox ${side(a, "decode")} | llama.cpp ${side(b, "decode")} tok/s${ratio("decode")}`,
     );
   }
 }
