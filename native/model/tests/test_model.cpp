@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   mb::ThreadPool pool(2);
   int n = 0;
   for (const char* name : {"llama-q4_1.gguf", "llama-q8_0.gguf", "llama-f16.gguf", "qwen2-q8_0.gguf", "qwen3-q8_0.gguf",
-                           "qwen3moe-q8_0.gguf", "gpt-oss-mxfp4.gguf"}) {
+                           "qwen3moe-q8_0.gguf", "gpt-oss-mxfp4.gguf", "phi3-q8_0.gguf"}) {
     const std::string p = dir + "/" + name;
     if (FILE* fp = std::fopen(p.c_str(), "rb")) {
       std::fclose(fp);
