@@ -1,6 +1,6 @@
 // Engine-facing model interface. Each architecture's whole forward pass is written out in one
 // file: model_llama.cpp (llama, and qwen2 whose graph is the same), model_qwen3.cpp,
-// model_qwen3moe.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
+// model_qwen3moe.cpp, model_phi3.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
 // the GGUF for them.
 //
 // Dimension legend used in every model file:
@@ -35,7 +35,7 @@ struct ModelConfig {
   float rms_eps = 1e-6f;     // attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.f;
   int rope_dim = 0;          // rope.dimension_count
-  bool rope_neox = false;    // rotate halves (qwen2/qwen3/qwen3moe), not adjacent pairs (llama)
+  bool rope_neox = false;    // rotate halves (qwen2/qwen3/qwen3moe/phi3), not adjacent pairs (llama)
   int n_expert = 0;          // expert_count
   int n_expert_used = 0;     // expert_used_count
 };
