@@ -273,6 +273,8 @@ interface OpenCall {
 }
 
 export class OutputParser {
+  /** What the engine appends to end thinking early (thinking.budget_tokens). */
+  readonly thinking_close = "\n</think>\n\n";
   private readonly tools: Map<string, ToolSpec>;
   private readonly new_call_id: () => string;
   private mode: "text" | "thinking" | "call";

@@ -108,9 +108,12 @@ export function templateSupportsTools(template: string | null): boolean {
   return template !== null && /\btools\b/.test(template);
 }
 
-/** Whether the template replays assistant thinking from a `reasoning_content` field (Qwen3 ...). */
+/**
+ * Whether the template replays assistant thinking from a `reasoning_content` field (Qwen3 ...)
+ * or a `thinking` one (gpt-oss's harmony template); both are given.
+ */
 export function templateSupportsReasoning(template: string | null): boolean {
-  return template !== null && /reasoning_content/.test(template);
+  return template !== null && /reasoning_content|message\.thinking/.test(template);
 }
 
 /**
@@ -195,7 +198,10 @@ function nativeMessages(chat: ChatPrompt, tools: ToolSpec[], reasoning: boolean)
     else if (turn.role === "tool") out.push({ role: "tool", content: turn.content, tool_call_id: turn.tool_call_id, ...(turn.name ? { name: turn.name } : {}) });
     else {
       const m: TemplateMessage = { role: "assistant", content: turn.content };
-      if (reasoning && turn.thinking) m.reasoning_content = turn.thinking;
+      if (reasoning && turn.thinking) {
+        m.reasoning_content = turn.thinking;
+        m.thinking = turn.thinking;
+      }
       if (turn.tool_calls && turn.tool_calls.length > 0) {
         m.tool_calls = turn.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: argumentsValue(c, customNames(chat)) } }));
       }

@@ -15,6 +15,7 @@ import type { WorkerReject, WorkerSubmit } from "./worker.js";
 import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
 import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
 import { OutputParser } from "../chat/parser.js";
+import { HarmonyParser, isHarmonyTemplate } from "../chat/harmony.js";
 import { Channel } from "./channel.js";
 import { StopMatcher } from "./stop.js";
 import { WorkerClient } from "./worker-client.js";
@@ -81,7 +82,7 @@ interface Job {
   state_point_chars: number;
   /** Ranges of prompt_text never parsed into control tokens (PreparedPrompt.literal). */
   literal: number[];
-  parser: OutputParser | null;
+  parser: OutputParser | HarmonyParser | null;
   stops: StopMatcher;
   /** Raw text of the native request now running (a thinking budget resubmits it as prompt). */
   generated: string;
@@ -339,12 +340,14 @@ class WorkerEngine implements ManagedEngine {
       let n = 0;
       const base = job.req.id.replace(/[^A-Za-z0-9]/g, "").slice(-12) || "call";
       const chat = job.req.input.chat;
-      job.parser = new OutputParser({
+      const opts = {
         // tool_choice "none": a <tool_call> the model writes anyway stays text.
         tools: chat.tool_choice.type === "none" ? [] : chat.tools,
         starts_in_thinking: job.starts_in_thinking,
         new_call_id: () => `call_${base}_${n++}`,
-      });
+      };
+      // gpt-oss writes harmony (channels and recipients), not <think> / <tool_call> tags
+      job.parser = isHarmonyTemplate(this.model.chat_template) ? new HarmonyParser(opts) : new OutputParser(opts);
     }
     this.jobs.set(job.nid, job);
     this.submitNative(job, job.prompt_text, job.req.max_tokens ?? -1, job.literal);
@@ -428,7 +431,7 @@ class WorkerEngine implements ManagedEngine {
    * tokens, and the client sees one uninterrupted response.
    */
   private endThinking(job: Job): void {
-    const close = "\n</think>\n\n";
+    const close = job.parser!.thinking_close;
     for (const e of job.parser!.push(close)) this.emit(job, e);
     this.worker.send({ t: "cancel", id: job.nid });
     this.jobs.delete(job.nid);
