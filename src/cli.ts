@@ -165,14 +165,20 @@ export class DeferredEngine implements Engine {
 
 async function checkDevice(device: "cpu" | "cuda"): Promise<void> {
   if (device === "cpu") return;
-  let cuda = false;
+  type CudaProbe = { count: number; error: string; name: string; cc: string; total_bytes: number };
+  let addon: { cuda?: boolean; cudaProbe?: () => CudaProbe };
   try {
     const { loadAddon } = await import("./engine/native.js");
-    cuda = (loadAddon() as unknown as { cuda?: boolean }).cuda === true;
+    addon = loadAddon() as unknown as typeof addon;
   } catch (e) {
     throw new UsageError(`--device cuda: the native addon cannot be loaded (${(e as Error).message})`);
   }
-  if (!cuda) throw new UsageError("--device cuda: this build of mashbox has no CUDA backend (the native addon was built for the CPU). Use --device cpu, or build with CUDA.");
+  if (addon.cuda !== true || !addon.cudaProbe) throw new UsageError("--device cuda: this build of mashbox has no CUDA backend (the native addon was built for the CPU). Use --device cpu, or build with CUDA.");
+  const d = addon.cudaProbe();
+  if (d.count === 0) throw new UsageError(`--device cuda: asked for a CUDA device, found none (${d.error}). Use --device cpu.`);
+  // The kernels are built and reachable, but the engine's forward pass does not run on them yet:
+  // refuse rather than serve from the CPU behind the user's back.
+  throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only (the CUDA kernels are exercised by native/bench/cuda_harness). Use --device cpu.`);
 }
 
 async function cmdRun(args: string[]): Promise<number> {

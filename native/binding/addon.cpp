@@ -17,6 +17,9 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/threadpool.h"
+#ifdef MB_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace {
 
@@ -564,9 +567,30 @@ Napi::Value CheckGrammar(const Napi::CallbackInfo& info) {
   return fail(m.error(), Napi::Buffer<char>::Copy(env, input.data(), input.size()));
 }
 
+#ifdef MB_HAVE_CUDA
+// What the CUDA runtime sees, for `--device cuda`'s start-up check: {count, error, name, cc,
+// total_bytes, free_bytes}. count 0 with error naming why (no driver, too old, no device).
+Napi::Value CudaProbe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const mb::cuda::DeviceInfo d = mb::cuda::probe_device();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("count", d.count);
+  o.Set("error", d.error);
+  o.Set("name", d.name);
+  o.Set("cc", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor));
+  o.Set("total_bytes", (double)d.total_bytes);
+  o.Set("free_bytes", (double)d.free_bytes);
+  return o;
+}
+#endif
+
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setSendBuffer", Napi::Function::New(env, SetSendBuffer, "setSendBuffer"));
   exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
+#ifdef MB_HAVE_CUDA
+  exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
+  exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));
+#endif
   return Engine::Init(env, exports);
 }
 
