@@ -245,6 +245,7 @@ if (!LONG_ONLY) {
 // some ("" none).
 const ARCH_FIXTURES = {
   phi3: "test/fixtures/phi3-q8_0.gguf",
+  "gpt-oss": "test/fixtures/gpt-oss-mxfp4.gguf",
 };
 const ARCHS = (process.env.MB_BENCH_ARCHS ?? Object.keys(ARCH_FIXTURES).join(",")).split(",").filter((a) => a in ARCH_FIXTURES);
 if (!LONG_ONLY && ARCHS.length > 0) {
