@@ -450,9 +450,11 @@ class LoadWorker : public Napi::AsyncWorker {
     try {
       auto l = std::make_unique<Loaded>();
       l->file = std::shared_ptr<mb::GgufFile>(mb::GgufFile::open(opts_.model_path));
-      l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
+      // The model first: a file of an unsupported architecture is refused as that, whatever its
+      // vocabulary.
       l->pool = std::make_unique<mb::ThreadPool>(opts_.n_threads);
       l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch);
+      l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
       l->config = l->model->config();
       l->kv_bytes = l->model->kv_bytes();
       l->kv_token_bytes = l->model->kv_token_bytes();

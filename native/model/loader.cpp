@@ -1,5 +1,6 @@
 #include "model/loader.h"
 
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -15,6 +16,11 @@ std::runtime_error tensor_error(const std::string& arch, const std::string& tens
                                 const std::string& expected) {
   return std::runtime_error("model: architecture '" + arch + "': tensor '" + tensor + "' " + found + "; expected " +
                             expected);
+}
+
+std::runtime_error key_error(const std::string& arch, const std::string& key, const std::string& found,
+                             const std::string& expected) {
+  return std::runtime_error("model: architecture '" + arch + "': key '" + key + "' " + found + "; expected " + expected);
 }
 
 bool is_weight_type(GgmlType t) {
@@ -49,32 +55,61 @@ std::string type_str(GgmlType t) {
 
 }  // namespace
 
+namespace {
+
+// An integer key of the architecture: present (unless it has a default) and within int.
+int key_int(const GgufFile& f, const std::string& arch, const std::string& key, const int64_t* dflt = nullptr) {
+  if (!f.has(key)) {
+    if (dflt) return (int)*dflt;
+    throw key_error(arch, key, "is missing", "an integer");
+  }
+  const int64_t v = f.get_int(key);
+  if (v < 0 || v > INT32_MAX) throw key_error(arch, key, "is " + std::to_string(v), "0 to " + std::to_string(INT32_MAX));
+  return (int)v;
+}
+
+}  // namespace
+
 ModelConfig read_config(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
   const std::string a = c.arch + ".";
-  c.n_layer = (int)f.get_int(a + "block_count");
-  c.n_embd = (int)f.get_int(a + "embedding_length");
-  c.n_head = (int)f.get_int(a + "attention.head_count");
-  c.n_head_kv = (int)f.get_int(a + "attention.head_count_kv", c.n_head);
-  c.head_dim = (int)f.get_int(a + "attention.key_length", c.n_head ? c.n_embd / c.n_head : 0);
-  c.n_ctx_train = (int)f.get_int(a + "context_length", 0);
+  auto req = [&](const std::string& key) { return key_int(f, c.arch, a + key); };
+  auto opt = [&](const std::string& key, int64_t dflt) { return key_int(f, c.arch, a + key, &dflt); };
+  auto positive = [&](int v, const std::string& key) {
+    if (v <= 0) throw key_error(c.arch, a + key, "is " + std::to_string(v), "a positive number");
+  };
+  c.n_layer = req("block_count");
+  positive(c.n_layer, "block_count");
+  c.n_embd = req("embedding_length");
+  positive(c.n_embd, "embedding_length");
+  c.n_head = req("attention.head_count");
+  positive(c.n_head, "attention.head_count");
+  c.n_head_kv = opt("attention.head_count_kv", c.n_head);
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
+    throw key_error(c.arch, a + "attention.head_count_kv", "is " + std::to_string(c.n_head_kv),
+                    "a divisor of attention.head_count (" + std::to_string(c.n_head) + ")");
+  c.head_dim = opt("attention.key_length", c.n_embd / c.n_head);
+  positive(c.head_dim, "attention.key_length");
+  c.n_ctx_train = opt("context_length", 0);
   c.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6);
   c.rope_freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
-  c.rope_dim = (int)f.get_int(a + "rope.dimension_count", c.head_dim);
-  c.n_expert = (int)f.get_int(a + "expert_count", 0);
-  c.n_expert_used = (int)f.get_int(a + "expert_used_count", 0);
-  c.n_ff = c.n_expert > 0 ? (int)f.get_int(a + "expert_feed_forward_length", f.get_int(a + "feed_forward_length", 0))
-                          : (int)f.get_int(a + "feed_forward_length");
+  c.rope_dim = opt("rope.dimension_count", c.head_dim);
+  if (c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0)
+    throw key_error(c.arch, a + "rope.dimension_count", "is " + std::to_string(c.rope_dim),
+                    "an even number from 2 to the head dim (" + std::to_string(c.head_dim) + ")");
+  c.n_expert = opt("expert_count", 0);
+  c.n_expert_used = opt("expert_used_count", 0);
+  c.n_ff = c.n_expert > 0 ? opt("expert_feed_forward_length", opt("feed_forward_length", 0)) : req("feed_forward_length");
   // vocab_size is optional; the embedding matrix always says how many tokens there are
   const GgufTensor* emb = f.tensor("token_embd.weight");
   if (!emb)
     throw tensor_error(c.arch, "token_embd.weight", "is missing",
                        "shape [" + std::to_string(c.n_embd) + ", n_vocab], type " + weight_types_str());
-  c.n_vocab = emb->ne.size() >= 2 ? (int)emb->ne[1] : 0;
-  if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0 ||
-      c.head_dim <= 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 || c.n_vocab <= 0)
-    throw std::runtime_error("model: inconsistent hyperparameters for architecture '" + c.arch + "'");
+  c.n_vocab = emb->ne.size() == 2 && emb->ne[1] <= INT32_MAX ? (int)emb->ne[1] : 0;
+  if (c.n_vocab <= 0)
+    throw tensor_error(c.arch, "token_embd.weight", "has shape " + shape_str(emb->ne),
+                       "[" + std::to_string(c.n_embd) + ", n_vocab]");
   return c;
 }
 

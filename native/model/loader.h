@@ -29,6 +29,10 @@ ModelConfig read_config(const GgufFile& f);
 // An architecture file that checks a tensor of its own builds its error here too.
 std::runtime_error tensor_error(const std::string& arch, const std::string& tensor, const std::string& found,
                                 const std::string& expected);
+// The same for a metadata key:
+//   model: architecture 'phi3': key 'phi3.rope.dimension_count' is 40; expected an even number from 2 to ...
+std::runtime_error key_error(const std::string& arch, const std::string& key, const std::string& found,
+                             const std::string& expected);
 std::string shape_str(const std::vector<int64_t>& ne);  // "[256, 384]"
 // The weight types matmul (and dequantize_row) take, for "expected" in those errors.
 bool is_weight_type(GgmlType t);

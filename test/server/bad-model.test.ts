@@ -75,9 +75,13 @@ function badFiles(): BadFile[] {
   expect(norm.type, "the fixture's norms are f32").to.equal(0);
   const copy = () => Buffer.from(src);
 
-  // "phi3" -> "phi9" in the header: the architecture and all its keys, nothing else moves
+  // "phi3" -> "phi9" in the header: the architecture and all its keys, nothing else moves; and a
+  // vocabulary type nobody reads ("llama" -> "rwkv5"), which must not hide the architecture
   const arch = copy();
   for (let i = arch.indexOf("phi3"); i >= 0 && i < end; i = arch.indexOf("phi3", i + 4)) arch.write("phi9", i);
+  const tokModel = arch.indexOf("tokenizer.ggml.model") + "tokenizer.ggml.model".length + 4 + 8; // key, type, length
+  expect(arch.toString("utf8", tokModel, tokModel + 5)).to.equal("llama");
+  arch.write("rwkv5", tokModel);
 
   const missing = copy();
   const down = tensors.find((t) => t.name === "blk.1.ffn_down.weight")!;

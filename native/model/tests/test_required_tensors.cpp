@@ -8,12 +8,16 @@
 //     found and the one expected;
 //   - any one tensor of a type no kernel takes (Q8_1, where its row length allows) must fail
 //     naming the tensor, the architecture, the type and the types expected;
+//   - a missing or impossible hyperparameter must fail naming the key, the architecture and what
+//     was expected;
 //   - an unknown general.architecture must fail naming it and the supported ones.
 // The complete model must load and give finite logits, and so must each file missing only an
 // optional tensor.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -123,7 +127,9 @@ uint64_t tensor_bytes(const Tensor& t) {
 }
 
 // GGUF v3 with the hyperparameters of `arch` and every tensor but `skip`.
-std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tensor>& tensors, const std::string& skip) {
+// keys: integer hyperparameters (without the "<arch>." prefix) to set, or with -1 to leave out.
+std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tensor>& tensors, const std::string& skip,
+                                const std::map<std::string, int64_t>& keys = {}) {
   std::vector<uint8_t> b;
   auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; i++) b.push_back(uint8_t(v >> (8 * i))); };
   auto u64 = [&](uint64_t v) { for (int i = 0; i < 8; i++) b.push_back(uint8_t(v >> (8 * i))); };
@@ -141,6 +147,11 @@ std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tenso
   if (arch == "qwen3moe" || arch == "gpt-oss")
     ints.insert(ints.end(), {{"expert_count", E}, {"expert_used_count", EK}, {"expert_feed_forward_length", F}});
   if (arch == "gpt-oss") ints.push_back({"attention.sliding_window", 4});
+  for (const auto& [key, v] : keys) {
+    auto it = std::find_if(ints.begin(), ints.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it != ints.end()) ints.erase(it);
+    if (v >= 0) ints.push_back({key, (uint32_t)v});
+  }
 
   u32(0x46554747); u32(3); u64(kept.size()); u64(2 + ints.size());
   str("general.architecture"); u32(kStr); str(arch);
@@ -244,6 +255,22 @@ int main() {
                 "%d with a wrong type\n", arch.c_str(), n_required, optional.size(), tensors.size(), n_typed);
   }
   std::set<std::string> optional;
+  // hyperparameters: a missing key and values the shapes cannot have, each named with its arch
+  const std::vector<Tensor> phi3 = complete_model("phi3", optional);
+  const struct {
+    std::map<std::string, int64_t> keys;
+    std::string message;
+  } bad_keys[] = {
+      {{{"block_count", -1}}, "key 'phi3.block_count' is missing; expected an integer"},
+      {{{"attention.head_count_kv", 3}}, "key 'phi3.attention.head_count_kv' is 3; expected a divisor of attention.head_count (2)"},
+      {{{"rope.dimension_count", 13}}, "key 'phi3.rope.dimension_count' is 13; expected an even number from 2 to the head dim (24)"},
+      {{{"embedding_length", 0}}, "key 'phi3.embedding_length' is 0; expected a positive number"},
+  };
+  for (const auto& b : bad_keys) {
+    const std::string key_err = try_load(write_gguf("phi3", phi3, "", b.keys), &pool);
+    check(names_all(key_err, {"architecture 'phi3'", b.message}), "expected '" + b.message + "'; got: '" + key_err + "'");
+  }
+  std::printf("ok phi3: %zu bad hyperparameters refused naming the key and what was expected\n", std::size(bad_keys));
   const std::string err = try_load(write_gguf("mamba", complete_model("llama", optional), ""), &pool);
   check(names_all(err, {"unsupported architecture 'mamba'", "expected one of", "llama", "phi3"}),
         "an unknown architecture must fail naming it and the supported ones; got: '" + err + "'");
