@@ -9,6 +9,7 @@
 // (prefill >= 2.5x llama.cpp at ~2.8k tokens, >= 3x at ~11k; decode at depth not below it).
 //   MB_BENCH_MODEL=path  MB_BENCH_THREADS=n  MB_BENCH_SKIP_LLAMA=1  MB_BENCH_SKIP_MASHBOX=1  MB_BENCH_QUICK=1
 //   MB_BENCH_LONG=2800,11100,22000 (lengths; empty or 0 skips)   --long-only (only the long prompts)
+//   MB_BENCH_ARCHS=phi3,... (the per-architecture fixture lines; "" skips)   --archs-only (only those)
 //   MB_BENCH_LLAMA_FA=auto|on|off  llama.cpp's flash attention for the long prefills (node-llama-cpp's
 //                                  default, auto, turns it on for CPU contexts)
 import { createRequire } from "node:module";
@@ -27,6 +28,7 @@ const DECODE_N = QUICK ? 32 : 128;
 const STREAMS = 8;
 const CTX = 1024; // per sequence, both engines (node-llama-cpp multiplies by sequences itself)
 const LONG_ONLY = process.argv.includes("--long-only");
+const ARCHS_ONLY = process.argv.includes("--archs-only"); // only the per-architecture lines
 const LONG = (process.env.MB_BENCH_LONG ?? (QUICK ? "2048" : "2800,11100,22000"))
   .split(",")
   .map(Number)
@@ -219,7 +221,7 @@ async function benchLlama(modelPath = MODEL, { streams = true } = {}) {
 const fileBytes = statSync(MODEL).size;
 const skipMashbox = process.env.MB_BENCH_SKIP_MASHBOX === "1";
 const skipLlama = process.env.MB_BENCH_SKIP_LLAMA === "1";
-if (!LONG_ONLY) {
+if (!LONG_ONLY && !ARCHS_ONLY) {
   console.log(`model ${MODEL} (${mib(fileBytes)} MiB), threads ${THREADS}, ctx ${CTX}/seq, ${STREAMS} streams, prefill ${PREFILL_N}, decode ${DECODE_N}${QUICK ? " (QUICK)" : ""}`);
   const mb = skipMashbox ? null : await benchMashbox();
   if (mb) console.log(
@@ -266,7 +268,7 @@ if (!LONG_ONLY && ARCHS.length > 0) {
     );
   }
 }
-if (LONG.length > 0) {
+if (LONG.length > 0 && !ARCHS_ONLY) {
   console.log(`long prompts: ${LONG.join(", ")} tokens, one sequence, ctx ${LONG_CTX}, batch 512, threads ${THREADS}, then ${LONG_DECODE} decoded tokens`);
   const mbl = skipMashbox ? null : await benchMashboxLong();
   const lll = skipLlama ? null : await benchLlamaLong();
