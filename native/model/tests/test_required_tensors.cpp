@@ -42,7 +42,7 @@ constexpr uint32_t kF32 = 0, kQ8_1 = 9;
 
 // The tensors a complete file of `arch` holds, and which of them the architecture may go without.
 std::vector<Tensor> complete_model(const std::string& arch, std::set<std::string>& optional) {
-  const bool moe = arch == "qwen3moe", qk_norm = arch == "qwen3" || moe;
+  const bool moe = arch == "qwen3moe", gemma3 = arch == "gemma3", qk_norm = arch == "qwen3" || moe || gemma3;
   std::vector<Tensor> t = {{"token_embd.weight", {D, V}}, {"output_norm.weight", {D}}, {"output.weight", {D, V}}};
   optional.insert("output.weight");
   if (arch == "phi3") {
@@ -105,7 +105,9 @@ std::vector<Tensor> complete_model(const std::string& arch, std::set<std::string
       t.push_back({p + "attn_k_norm.weight", {DH}});
     }
     t.push_back({p + "attn_output.weight", {H * DH, D}});
+    if (gemma3) t.push_back({p + "post_attention_norm.weight", {D}});
     t.push_back({p + "ffn_norm.weight", {D}});
+    if (gemma3) t.push_back({p + "post_ffw_norm.weight", {D}});
     if (moe) {
       t.push_back({p + "ffn_gate_inp.weight", {D, E}});
       t.push_back({p + "ffn_gate_exps.weight", {D, F, E}});
@@ -146,7 +148,7 @@ std::vector<uint8_t> write_gguf(const std::string& arch, const std::vector<Tenso
       {"context_length", 256}};
   if (arch == "qwen3moe" || arch == "gpt-oss")
     ints.insert(ints.end(), {{"expert_count", E}, {"expert_used_count", EK}, {"expert_feed_forward_length", F}});
-  if (arch == "gpt-oss") ints.push_back({"attention.sliding_window", 4});
+  if (arch == "gpt-oss" || arch == "gemma3") ints.push_back({"attention.sliding_window", 4});
   for (const auto& [key, v] : keys) {
     auto it = std::find_if(ints.begin(), ints.end(), [&](const auto& kv) { return kv.first == key; });
     if (it != ints.end()) ints.erase(it);
@@ -214,7 +216,7 @@ std::string shape_of(const std::vector<int64_t>& ne) {
 
 int main() {
   mb::ThreadPool pool(2);
-  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt-oss"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt-oss", "gemma3"}) {
     std::set<std::string> optional;
     const std::vector<Tensor> tensors = complete_model(arch, optional);
     const std::string complete = try_load(write_gguf(arch, tensors, ""), &pool);
