@@ -33,6 +33,7 @@
 //   logits = (rmsnorm(x) * output_norm)·Wout                          [wanted rows, V]
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "model/transformer.h"
@@ -112,10 +113,19 @@ void rope_neox_with(float* x, int n_heads, int Dh, int n_dims, const float* cs) 
   }
 }
 
+// f rounded to the nearest binary16 (as ggml converts for an f16 operand), back in f32.
 float f16_round(float f) {
-  const uint16_t h = f32_to_f16(f);
+  const uint32_t h = f32_to_f16(f);
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in f32
+    const float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+  else bits = sign | ((exp + 112) << 23) | (man << 13);
   float out;
-  dequantize_row(QMatrix{GgmlType::F16, 1, 1, (const uint8_t*)&h}, 0, &out);
+  std::memcpy(&out, &bits, 4);
   return out;
 }
 
@@ -208,7 +218,8 @@ class GptOss final : public Transformer {
   // A per-expert bias, ne [n, E], as f32 [E][n].
   std::vector<float> per_expert(const WeightLoader& w, const std::string& name, int64_t n) const {
     const GgufTensor* t = file_->tensor(name);
-    if (!t) throw tensor_error(cfg_.arch, name, "is missing", "shape " + shape_str({n, E_}) + ", type " + weight_types_str());
+    if (!t)
+      throw tensor_error(cfg_.arch, name, "is missing", "shape " + shape_str({n, E_}) + ", type " + weight_types_str());
     if (t->ne.size() != 2 || t->ne[0] != n || t->ne[1] != E_)
       throw tensor_error(cfg_.arch, name, "has shape " + shape_str(t->ne), shape_str({n, E_}));
     return w.vector(name, n * E_);

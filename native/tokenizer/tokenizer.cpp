@@ -21,6 +21,9 @@ namespace {
 enum Attr : uint32_t {
   kAttrUnknown = 1u << 0, kAttrUnused = 1u << 1, kAttrNormal = 1u << 2, kAttrControl = 1u << 3,
   kAttrUserDefined = 1u << 4, kAttrByte = 1u << 5, kAttrLstrip = 1u << 7, kAttrRstrip = 1u << 8,
+  // Not llama.cpp's: a control token it turns user-defined so that it renders (harmony's message
+  // scaffolding). Still listed by control_ids(), so request text that spells one stays plain.
+  kAttrRenderedControl = 1u << 16,
 };
 
 // isspace() in the C locale, which is what llama.cpp strips around special tokens.
@@ -84,7 +87,7 @@ class VocabTokenizer final : public Tokenizer {
   std::vector<int32_t> control_ids() const override {
     std::vector<int32_t> ids;
     for (int32_t id : special_)
-      if (attr_[static_cast<size_t>(id)] & (kAttrControl | kAttrUnknown)) ids.push_back(id);
+      if (attr_[static_cast<size_t>(id)] & (kAttrControl | kAttrUnknown | kAttrRenderedControl)) ids.push_back(id);
     return ids;
   }
   bool adds_bos() const override { return add_bos_ && bos_ >= 0; }
@@ -236,6 +239,21 @@ VocabTokenizer::VocabTokenizer(const GgufFile& f) {
   }
   for (int32_t id : {eos_, eot, eom})
     if (id >= 0) eog_[static_cast<size_t>(id)] = 1;
+  // o200k_harmony (gpt-oss), as llama.cpp: the message-header tokens always render as text (the
+  // output parser reads channels and recipients from them), and where <|return|> and <|call|>
+  // end a generation, <|end|> only ends a message (the final answer follows the analysis), so it
+  // is not end-of-generation and renders too.
+  for (const char* t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+    if (int32_t id = lookup(t); id >= 0) attr_[static_cast<size_t>(id)] = kAttrUserDefined | kAttrRenderedControl;
+  {
+    const int32_t end = lookup("<|end|>"), ret = lookup("<|return|>"), call = lookup("<|call|>");
+    const int32_t calls = lookup("<|calls|>"), flush = lookup("<|flush|>");
+    auto eog = [&](int32_t id) { return id >= 0 && eog_[static_cast<size_t>(id)]; };
+    if (eog(end) && ((eog(ret) && (eog(call) || eog(calls))) || ((eog(call) || eog(calls)) && eog(flush)))) {
+      eog_[static_cast<size_t>(end)] = 0;
+      attr_[static_cast<size_t>(end)] = kAttrUserDefined | kAttrRenderedControl;
+    }
+  }
 
   for (size_t i = 0; i < n; ++i)
     if (attr_[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special_.push_back(static_cast<int32_t>(i));
@@ -359,7 +377,8 @@ std::vector<Frag> VocabTokenizer::partition(std::string_view text, bool parse_sp
       while (base < end) {
         size_t m = text.substr(0, end).find(st, from);
         if (m == std::string_view::npos) break;
-        if ((a & (kAttrControl | kAttrUnknown)) && !literal.empty() && in_literal(m, m + st.size())) {
+        if ((a & (kAttrControl | kAttrUnknown | kAttrRenderedControl)) && !literal.empty() &&
+            in_literal(m, m + st.size())) {
           from = m + 1;  // the user's text, not the template's: stays plain
           continue;
         }
