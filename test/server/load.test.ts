@@ -217,8 +217,9 @@ describe("load: a client that disconnects mid-stream", function () {
   });
 });
 
-// Engine-level crash tests (test/engine/engine.test.ts) cover the state machine; the mid-stream
-// case through HTTP is in test/server/requests.test.ts. Here: the other phases, through HTTP.
+// Engine-level crash tests (test/engine/engine.test.ts) cover the state machine. Here every phase
+// through HTTP: queued and mid-stream (one test), prefilling, before the first token, and a
+// non-streamed request after output; test/server/requests.test.ts counts the failure in /metrics.
 describe("load: worker SIGKILL in each phase, through HTTP", function () {
   this.timeout(120000);
   let server: TestServer;
@@ -239,9 +240,10 @@ describe("load: worker SIGKILL in each phase, through HTTP", function () {
     expect((await r.json()).choices[0].message.content).to.equal("ok ok ok");
   }
 
-  it("queued: the waiting request is sent again and answered whole; the running stream that sent output ends with an error event", async () => {
+  it("queued: the waiting request is sent again and answered whole; mid-stream: the running stream that sent output ends with an error event, never retried", async () => {
     const pid = await pidNow();
-    const occupier = await postJson(server.url + "/v1/chat/completions", chat("Go.", { stream: true, max_tokens: 1500 }), scriptHeader("a ".repeat(1400)));
+    const occupierScript = "a ".repeat(1400);
+    const occupier = await postJson(server.url + "/v1/chat/completions", chat("Go.", { stream: true, max_tokens: 1500 }), scriptHeader(occupierScript));
     let sawText = false;
     const occupied = readChatStream(occupier, (t) => (sawText ||= t.length > 0));
     await until("occupier streaming", () => sawText);
@@ -251,7 +253,12 @@ describe("load: worker SIGKILL in each phase, through HTTP", function () {
     await killAndWaitReady(pid);
     const o = await occupied;
     expect(o.error).to.not.equal(null);
+    expect(o.error.type).to.equal("server_error");
     expect(o.finish).to.equal(null);
+    expect(o.done, "the error event is followed by [DONE]").to.equal(true);
+    // What the client got is a prefix of the one answer: no second run was spliced in.
+    expect(o.text.length).to.be.greaterThan(0);
+    expect(occupierScript.startsWith(o.text)).to.equal(true);
     const q = await queued;
     expect(q.status).to.equal(200);
     expect((await q.json()).choices[0].message.content).to.equal("queued answer");
