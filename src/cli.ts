@@ -1,5 +1,6 @@
 // `mashbox run | pull | models | conformance`. Only this file reads process.argv / MASHBOX_API_KEY; the
 // programmatic-only server options (validate_responses) have no flag here.
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
@@ -39,6 +40,8 @@ run options:
   --metrics-without-key  /metrics needs no API key (for scrapers that cannot send one, such
                        as the Gateway API endpoint picker); it carries no keys or prompts.
   --ui                 Serve the built-in chat page at /.
+  --chat-template FILE Jinja chat template for the chat routes, instead of the model's own; a base
+                       model without one (gemma3-270m) answers chat requests with 400 unless given.
   --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build.
 
 ${CONFORMANCE_OPTIONS}
@@ -72,6 +75,19 @@ export interface RunConfig {
   stall_timeout_s: number;
   ui: boolean;
   device: "cpu" | "cuda";
+  /** --chat-template FILE's text. */
+  chat_template: string | undefined;
+}
+
+function readChatTemplate(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    throw new UsageError(`--chat-template: cannot read ${file}: ${(e as Error).message}`);
+  }
+  if (text.trim() === "") throw new UsageError(`--chat-template: ${file} is empty`);
+  return text;
 }
 
 /** Parses `run` arguments (everything after "run"). Throws UsageError with a one-line reason. */
@@ -94,6 +110,7 @@ export function parseRunArgs(args: string[]): RunConfig {
       "stall-timeout": { type: "string" },
       ui: { type: "boolean" },
       device: { type: "string" },
+      "chat-template": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -118,6 +135,7 @@ export function parseRunArgs(args: string[]): RunConfig {
     stall_timeout_s: intOption("stall-timeout", values["stall-timeout"], 30, 1, 86_400),
     ui: values.ui === true,
     device,
+    chat_template: values["chat-template"] === undefined ? undefined : readChatTemplate(values["chat-template"]),
   };
 }
 
@@ -226,6 +244,7 @@ async function cmdRun(args: string[]): Promise<number> {
       n_slots: cfg.n_slots,
       n_threads: cfg.n_threads,
       cache_ram_mib: cfg.cache_ram_mib,
+      chat_template: cfg.chat_template,
       // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
       // (systemd, Kubernetes) replace the whole process.
       on_fatal: (cause) => {

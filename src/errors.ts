@@ -14,6 +14,7 @@ export type ErrorCode =
   | "not_found"
   | "method_not_allowed"
   | "context_length_exceeded"
+  | "no_chat_template"
   | "rate_limited"
   | "queue_full"
   | "loading"
@@ -42,6 +43,7 @@ export const ERROR_CATALOG: Record<ErrorCode, CatalogEntry> = {
   not_found: { status: 404, openai_type: "invalid_request_error", anthropic_type: "not_found_error", default_message: "Not found." },
   method_not_allowed: { status: 405, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "Method not allowed." },
   context_length_exceeded: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "The prompt does not fit in the context window." },
+  no_chat_template: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "This model has no chat template (a base model is not trained on conversations), so chat requests cannot be turned into a prompt: send plain text to /v1/completions, or start the server with --chat-template FILE." },
   rate_limited: { status: 429, openai_type: "rate_limit_error", anthropic_type: "rate_limit_error", default_message: "Too many requests are waiting for a slot." },
   queue_full: { status: 429, openai_type: "rate_limit_error", anthropic_type: "overloaded_error", default_message: "The server's queue is full." },
   loading: { status: 503, openai_type: "service_unavailable", anthropic_type: "overloaded_error", default_message: "The model is still loading." },

@@ -47,6 +47,8 @@ export interface EngineOptions {
    * OS temp dir) that close() removes; a given path is left in place.
    */
   cache_path?: string;
+  /** Jinja chat template (--chat-template FILE's text) used instead of the GGUF's own, or for a model that has none. */
+  chat_template?: string;
 }
 
 export interface ManagedEngine extends Engine {
@@ -151,7 +153,7 @@ class WorkerEngine implements ManagedEngine {
           n_vocab: info.n_vocab,
           file_bytes: info.file_bytes,
           bpw: info.bpw,
-          chat_template: info.chat_template,
+          chat_template: this.opts.chat_template ?? info.chat_template,
           bos_token: info.bos_token,
           eos_token: info.eos_token,
           add_bos: info.add_bos,

@@ -4,6 +4,7 @@ import { renderChatPromptParts, promptOpensThinking } from "../chat/template.js"
 import { forcedTools } from "../chat/tool-grammar.js";
 import { statePointChars } from "./prompt-cache.js";
 import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
+import { ApiError } from "../errors.js";
 import type { GenerationRequest, ModelInfo, ToolSpec } from "./types.js";
 
 export interface PreparedPrompt {
@@ -39,6 +40,9 @@ export async function preparePrompt(
   grammar?: string,
 ): Promise<PreparedPrompt> {
   if (input.kind === "text") return { text: input.text, literal: [], add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0 };
+  // A base model (Gemma 3 270M) ships no template: guessing one (ChatML) would feed it markup it
+  // never saw, so the chat routes refuse and say what works instead.
+  if (!model.chat_template?.trim()) throw new ApiError("no_chat_template");
   const forced = forcedTools(input.chat);
   const chat = forced ? { ...input.chat, enable_thinking: false } : input.chat;
   let text: string;
