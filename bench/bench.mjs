@@ -248,6 +248,9 @@ if (!LONG_ONLY && !ARCHS_ONLY) {
 const ARCH_FIXTURES = {
   phi3: "test/fixtures/phi3-q8_0.gguf",
   "gpt-oss": "test/fixtures/gpt-oss-mxfp4.gguf",
+  // the real Gemma 3 270M when pulled (its 262k-token head and K-quants are the cost), else the fixture
+  gemma3: ((p) => (existsSync(p) ? p : "test/fixtures/gemma3-q8_0.gguf"))(
+    process.env.MB_GEMMA3_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/gemma-3-270m-q4_k_m.gguf`),
 };
 const ARCHS = (process.env.MB_BENCH_ARCHS ?? Object.keys(ARCH_FIXTURES).join(",")).split(",").filter((a) => a in ARCH_FIXTURES);
 if (!LONG_ONLY && ARCHS.length > 0) {

