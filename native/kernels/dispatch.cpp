@@ -125,6 +125,20 @@ static bool cpu_has_avx512_bf16() { return cpu_has_avx512_vnni() && __builtin_cp
 static KernelTable build_avx512() {
   KernelTable k = build_avx2();
   k.name = "avx512vnni";
+  // the legacy types' tile and dot carry the GEMM's arithmetic (one integer sum per block), so a
+  // token's bits are the same alone or in a batch within this set
+  k.dot[S_Q4_0] = avx512::vnni_dot<GgmlType::Q4_0>;
+  k.dot[S_Q4_1] = avx512::vnni_dot<GgmlType::Q4_1>;
+  k.dot[S_Q5_0] = avx512::vnni_dot<GgmlType::Q5_0>;
+  k.dot[S_Q5_1] = avx512::vnni_dot<GgmlType::Q5_1>;
+  k.dot[S_Q8_0] = avx512::vnni_dot<GgmlType::Q8_0>;
+  k.dot[S_MXFP4] = avx512::vnni_dot<GgmlType::MXFP4>;
+  k.tile[S_Q4_0] = avx512::vnni_tile<GgmlType::Q4_0>;
+  k.tile[S_Q4_1] = avx512::vnni_tile<GgmlType::Q4_1>;
+  k.tile[S_Q5_0] = avx512::vnni_tile<GgmlType::Q5_0>;
+  k.tile[S_Q5_1] = avx512::vnni_tile<GgmlType::Q5_1>;
+  k.tile[S_Q8_0] = avx512::vnni_tile<GgmlType::Q8_0>;
+  k.tile[S_MXFP4] = avx512::vnni_tile<GgmlType::MXFP4>;
   k.gemm8[S_Q4_0] = avx512::gemm8_q4_0;
   k.gemm8[S_Q4_1] = avx512::gemm8_q4_1;
   k.gemm8[S_Q5_0] = avx512::gemm8_q5_0;

@@ -27,6 +27,8 @@ using AttnFn = void (*)(const float* q, size_t ldq, const uint16_t* k, const uin
 // Floats of scratch that AttnFn needs for R = n * G query rows over N keys.
 using AttnScratchFn = size_t (*)(int R, int Dh, int N);
 
+constexpr int kGemm8MaxGroups = 4;  // the most groups Gemm8::run_n takes
+
 // Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q4_K, Q6_K): pack lays out nt <= 8 partner-typed activation rows (x_stride bytes
 // apart) in packed_bytes(k) bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt
@@ -37,11 +39,11 @@ struct Gemm8 {
   void (*pack)(const uint8_t* xq, size_t x_stride, int nt, int64_t k, uint8_t* packed);
   void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
               size_t ldy);
-  // Optional: run over two consecutive packed groups (the first full, the second of nt tokens,
-  // group_bytes after it; y rows of the second 8 * ldy after the first), each weight block unpacked
-  // once for both; the same bits as run on each group.
-  void (*run2)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, size_t group_bytes,
-               int nt, float* y, size_t ldy);
+  // Optional: run over n_groups <= kGemm8MaxGroups consecutive packed groups (group_bytes apart,
+  // all full but the last, which has nt tokens; y rows of group g at 8 * g * ldy), each weight block
+  // unpacked once for all of them; the same bits as run on each group.
+  void (*run_n)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, size_t group_bytes,
+                int n_groups, int nt, float* y, size_t ldy);
 };
 
 struct KernelTable {

@@ -210,34 +210,48 @@ inline void scores_direct(const Call& c, int r0, int nk8) {
 
 // The online softmax of rows r0 .. r0 + RM - 1 over the block from their raw sums in pb (valid
 // for key vectors [0, nkv)); pb row x gets p for keys [0, Bk) (0 past the row's position),
-// alpha[x] the row's rescale factor.
+// alpha[x] the row's rescale factor. Only a block that reaches past a row's position masks it
+// (at depth almost none do), and the rows' rescale factors come from one exp16 for all of them:
+// the same lane operations as a mask and an exp per row, so the same bits.
 template <int RM>
 inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
+  static_assert(RM <= 16, "one exp16 holds the rows' rescale factors");
   const __m512 sc = _mm512_set1_ps(c.scale), ninf = _mm512_set1_ps(-INFINITY);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  alignas(64) float shift[16] = {0};  // m - m' per row
+  float sums[RM];
 #pragma GCC unroll 1
   for (int x = 0; x < RM; x++) {
     const int r = r0 + x, last = c.p0 + r / c.G - c.k0;  // the row's own key, as an index in the block
     float* pr = c.pb + (size_t)x * Bk;
     __m512 s[4];
-    for (int y = 0; y < 4; y++) {
-      const __mmask16 past = _mm512_cmp_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32(16 * y)),
-                                                   _mm512_set1_epi32(last), _MM_CMPINT_GT);
-      s[y] = y < nkv ? _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc), past, ninf) : ninf;
+    if (nkv == 4 && last >= Bk - 1) {
+      for (int y = 0; y < 4; y++) s[y] = _mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc);
+    } else {
+      for (int y = 0; y < 4; y++) {
+        const __mmask16 past = _mm512_cmp_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32(16 * y)),
+                                                     _mm512_set1_epi32(last), _MM_CMPINT_GT);
+        s[y] = y < nkv ? _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc), past, ninf) : ninf;
+      }
     }
     const float mold = c.m[r];
     const float mnew =
         std::fmax(mold, _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]))));
     const __m512 vm = _mm512_set1_ps(mnew);
-    const float a = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mold - mnew)));  // 0 at the row's first block
+    shift[x] = mold - mnew;  // -inf at the row's first block: its factor is 0
     for (int y = 0; y < 4; y++) {
       s[y] = exp16(_mm512_sub_ps(s[y], vm));
       _mm512_store_ps(pr + 16 * y, s[y]);
     }
-    const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
-    c.l[r] = std::fma(c.l[r], a, sum);
+    sums[x] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
     c.m[r] = mnew;
-    alpha[x] = a;
+  }
+  alignas(64) float a[16];
+  _mm512_store_ps(a, exp16(_mm512_load_ps(shift)));
+#pragma GCC unroll 8
+  for (int x = 0; x < RM; x++) {
+    c.l[r0 + x] = std::fma(c.l[r0 + x], a[x], sums[x]);
+    alpha[x] = a[x];
   }
 }
 

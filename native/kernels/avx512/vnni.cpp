@@ -14,19 +14,21 @@
 // computes group j's integer sum for all 16 at once: the weights' 4 bytes are broadcast (one load
 // from a small buffer), the activations come packed so token t's 4 bytes sit in lanes 2t and 2t+1.
 //
-// The arithmetic is the AVX2 kernels', bit for bit, so a token gives the same bits through either
-// table and alone or in a batch: the AVX2 kernel keeps 8 float accumulator lanes per pair, lane j
-// accumulating scale * float(exact sum of elements 4j..4j+3) block after block, and reduces them
-// as ((L0+L4)+(L2+L6)) + ((L1+L5)+(L3+L7)), then adds the min term. Here L_j is a register over
-// the 16 pairs, with the same per-lane operations in the same order. The integer sums are exact
-// either way (vpdpbusd does not saturate). vpdpbusd multiplies unsigned by signed bytes, so
-// signed weights (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0, MXFP4: -12 .. 12) enter with +8 / +16 /
-// +128 / +12 and the accumulator starts at -C times the sum of the 4 activations, which the pack
-// step computes once per group.
+// The arithmetic (legacy types) is ref/'s order of work: an exact integer sum per (row, token,
+// block), vpdpbusd chains over the block's 8 groups, then per lane
+//   acc = fma(d_w * d_x, float(sum), acc)      msum = fma(m_w, s_x, msum)   (types with a min)
+// block after block, and acc + msum at the end. The table's tile and dot kernels (vnni_tile
+// below) do the same per-lane operations in the same order, so a token gives the same bits alone
+// or in a batch. (Not the AVX2 set's bits: that one keeps 8 float lanes per pair, one per group,
+// which costs a convert and an fma per group instead of per block.) vpdpbusd multiplies unsigned
+// by signed bytes, so signed weights (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0, MXFP4: -12 .. 12)
+// enter with +8 / +16 / +128 / +12 and the sum starts at -C times the sum of the block's
+// activations, which the pack step computes once per group.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "avx512.h"
 
@@ -36,10 +38,10 @@ namespace avx512 {
 namespace {
 
 // Bytes of one packed block of 8 tokens: d[16] and s[16] floats (each token twice), q[8][16]
-// dwords, then c[8][16] int32 accumulator starts when the weight type is signed.
+// dwords, then c[16] int32 sum starts when the weight type is signed.
 constexpr size_t kPackHead = 2 * 64;
 constexpr size_t kPackQ = 8 * 64;
-template <int C> constexpr size_t packed_block_bytes() { return kPackHead + kPackQ + (C ? kPackQ : 0); }
+template <int C> constexpr size_t packed_block_bytes() { return kPackHead + kPackQ + (C ? 64 : 0); }
 
 // Pack up to 8 rows of q8_0 / q8_1 activations (x_stride bytes apart) for weights whose unsigned
 // form is value + C. Tokens nt .. 7 are zero (their results are never stored).
@@ -56,7 +58,7 @@ void pack8(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
     int32_t* c = (int32_t*)(o + kPackHead + kPackQ);
     for (int t = 0; t < 8; t++) {
       float dt = 0, st = 0;
-      int32_t qt[8] = {0}, ct[8] = {0};
+      int32_t qt[8] = {0}, ct = 0;
       if (t < nt) {
         const uint8_t* b = xq + t * xs + i * xbb;
         half h;
@@ -69,14 +71,12 @@ void pack8(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
         const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
         std::memcpy(qt, qs, 32);
         if (C)
-          for (int j = 0; j < 8; j++) ct[j] = -C * (qs[4 * j] + qs[4 * j + 1] + qs[4 * j + 2] + qs[4 * j + 3]);
+          for (int e = 0; e < QK; e++) ct -= C * qs[e];
       }
       d[2 * t] = d[2 * t + 1] = dt;
       s[2 * t] = s[2 * t + 1] = st;
-      for (int j = 0; j < 8; j++) {
-        q[j * 16 + 2 * t] = q[j * 16 + 2 * t + 1] = qt[j];
-        if (C) c[j * 16 + 2 * t] = c[j * 16 + 2 * t + 1] = ct[j];
-      }
+      for (int j = 0; j < 8; j++) q[j * 16 + 2 * t] = q[j * 16 + 2 * t + 1] = qt[j];
+      if (C) c[2 * t] = c[2 * t + 1] = ct;
     }
   }
 }
@@ -112,31 +112,34 @@ inline __m512 halves2(const void* b0, const void* b1, size_t off) {
 template <GgmlType WT> struct Pair;
 template <> struct Pair<GgmlType::Q4_0> {
   using W = block_q4_0; static constexpr bool kMin = false; static constexpr int C = 8;
+  static __m256i row(const W& b) { return q4_values(b.qs); }
   static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(q4_values(b0.qs), q4_values(b1.qs), wq); }
 };
 template <> struct Pair<GgmlType::Q4_1> {
   using W = block_q4_1; static constexpr bool kMin = true; static constexpr int C = 0;
+  static __m256i row(const W& b) { return q4_values(b.qs); }
   static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(q4_values(b0.qs), q4_values(b1.qs), wq); }
 };
 template <> struct Pair<GgmlType::Q5_0> {
   using W = block_q5_0; static constexpr bool kMin = false; static constexpr int C = 16;
+  static __m256i row(const W& b) { return q5_values(b.qs, b.qh); }
   static void values(const W& b0, const W& b1, int64_t* wq) {
     interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
   }
 };
 template <> struct Pair<GgmlType::Q5_1> {
   using W = block_q5_1; static constexpr bool kMin = true; static constexpr int C = 0;
+  static __m256i row(const W& b) { return q5_values(b.qs, b.qh); }
   static void values(const W& b0, const W& b1, int64_t* wq) {
     interleave_pair(q5_values(b0.qs, b0.qh), q5_values(b1.qs, b1.qh), wq);
   }
 };
 template <> struct Pair<GgmlType::Q8_0> {
   using W = block_q8_0; static constexpr bool kMin = false; static constexpr int C = 128;
-  static void values(const W& b0, const W& b1, int64_t* wq) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    interleave_pair(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b0.qs), flip),
-                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b1.qs), flip), wq);
+  static __m256i row(const W& b) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), _mm256_set1_epi8((char)0x80));
   }
+  static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(row(b0), row(b1), wq); }
 };
 
 // MXFP4: the doubled E2M1 values (-12 .. 12) via a byte shuffle of the nibbles, + 12.
@@ -147,6 +150,7 @@ template <> struct Pair<GgmlType::MXFP4> {
                                           _mm256_set1_epi8(C));
     return _mm256_shuffle_epi8(table, q4_values(b.qs));
   }
+  static __m256i row(const W& b) { return unsigned_values(b); }
   static void values(const W& b0, const W& b1, int64_t* wq) { interleave_pair(unsigned_values(b0), unsigned_values(b1), wq); }
 };
 // The weight scales of two blocks as [s0, s1] repeated (an f16 d at byte 0, or MXFP4's E8M0 byte).
@@ -183,10 +187,13 @@ void over_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   for (int r = 0; r < nr; r += 2) PAIR(k, w + r * ws, ws, nr - r, packed, nt, y + r, ldy);
 }
 
-// One row pair (rows r, r + 1; nr == 1 repeats row r and stores one) x one packed group of nt
-// tokens. (Two pairs per pass measured no faster: the 16 accumulators then spill.)
-template <GgmlType WT>
-void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
+// One row pair (rows r, r + 1; nr == 1 repeats row r and stores one) x NG packed groups (all full
+// but the last, of nt tokens; gpb bytes apart): each block of the pair is unpacked once for the
+// NG groups. Per group and block the 8 vpdpbusd run as two chains (even and odd groups j; an
+// integer sum in any order is the same) so that NG = 1 is not bound by their latency. (Two pairs
+// per pass, sharing each load of activations, measured no faster: vpdpbusd's port is the limit.)
+template <GgmlType WT, int NG>
+void gemm_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int nt, float* y,
                 size_t ldy) {
   using P = Pair<WT>;
   using W = typename P::W;
@@ -194,86 +201,135 @@ void gemm8_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   const int64_t nb = k / QK;
   const W* row0 = (const W*)w;
   const W* row1 = (const W*)(w + (nr > 1 ? ws : 0));
-  __m512 acc[8], msum = _mm512_setzero_ps();
-  for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
-  alignas(64) int64_t wq[8];
-  for (int64_t i = 0; i < nb; i++) {
-    const uint8_t* pk = packed + i * bb;
-    P::values(row0[i], row1[i], wq);
-    if constexpr (P::kMin)
-      msum = _mm512_fmadd_ps(halves2(&row0[i], &row1[i], 2), _mm512_loadu_ps((const float*)pk + 16), msum);
-    const __m512 scale = _mm512_mul_ps(pair_scales<WT>(row0[i], row1[i]), _mm512_loadu_ps((const float*)pk));
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-      const __m512i start =
-          P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j) : _mm512_setzero_si512();
-      const __m512i sum =
-          _mm512_dpbusd_epi32(start, broadcast_q(&wq[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
-      acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[j]);
-    }
-  }
-  __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-                           _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
-  if constexpr (P::kMin) v = _mm512_add_ps(v, msum);
-  store_pair(v, nr, nt, y, ldy);
-}
-
-// Gemm8::run2: one row pair x two packed groups (the first full, the second of nt tokens, gpb
-// bytes after it), so each block of the pair is unpacked once for 16 tokens instead of 8: at
-// K = 576 the unpack (values, both scales and the min) is ~40% of gemm8_pair's uops. Every lane
-// goes through gemm8_pair's operations in its order, so each group gets gemm8_pair's bits.
-// Registers: 16 accumulators + 2 min sums + the pair's scale and min.
-template <GgmlType WT>
-void gemm16_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int nt,
-                 float* y, size_t ldy) {
-  using P = Pair<WT>;
-  using W = typename P::W;
-  constexpr size_t bb = packed_block_bytes<P::C>();
-  const int64_t nb = k / QK;
-  const W* row0 = (const W*)w;
-  const W* row1 = (const W*)(w + (nr > 1 ? ws : 0));
-  __m512 acc[2][8], msum[2];
-#pragma GCC unroll 2
-  for (int g = 0; g < 2; g++) {
-    msum[g] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) acc[g][j] = _mm512_setzero_ps();
-  }
+  __m512 acc[NG], msum[NG];
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; g++) acc[g] = msum[g] = _mm512_setzero_ps();
   alignas(64) int64_t wq[8];
   for (int64_t i = 0; i < nb; i++) {
     P::values(row0[i], row1[i], wq);
     const __m512 wd = pair_scales<WT>(row0[i], row1[i]);
     __m512 wm = _mm512_setzero_ps();
     if constexpr (P::kMin) wm = halves2(&row0[i], &row1[i], 2);
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) {
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) {
       const uint8_t* pk = packed + g * gpb + i * bb;
-      if constexpr (P::kMin) msum[g] = _mm512_fmadd_ps(wm, _mm512_loadu_ps((const float*)pk + 16), msum[g]);
+      const __m512i* q = (const __m512i*)(pk + kPackHead);
+      __m512i even = P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ)) : _mm512_setzero_si512();
+      __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 8; j += 2) {
+        even = _mm512_dpbusd_epi32(even, broadcast_q(&wq[j]), _mm512_loadu_si512(q + j));
+        odd = _mm512_dpbusd_epi32(odd, broadcast_q(&wq[j + 1]), _mm512_loadu_si512(q + j + 1));
+      }
       const __m512 scale = _mm512_mul_ps(wd, _mm512_loadu_ps((const float*)pk));
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; j++) {
-        const __m512i start =
-            P::C ? _mm512_loadu_si512((const __m512i*)(pk + kPackHead + kPackQ) + j) : _mm512_setzero_si512();
-        const __m512i sum =
-            _mm512_dpbusd_epi32(start, broadcast_q(&wq[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackHead) + j));
-        acc[g][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[g][j]);
+      acc[g] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), acc[g]);
+      if constexpr (P::kMin) msum[g] = _mm512_fmadd_ps(wm, _mm512_loadu_ps((const float*)pk + 16), msum[g]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; g++)
+    store_pair(P::kMin ? _mm512_add_ps(acc[g], msum[g]) : acc[g], nr, g + 1 < NG ? 8 : nt, y + (size_t)g * 8 * ldy,
+               ldy);
+}
+// Gemm8::run: nr <= 4 rows as pairs, one group
+template <GgmlType WT>
+void run_one(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  for (int r = 0; r < nr; r += 2) gemm_pairs<WT, 1>(k, w + r * ws, ws, nr - r, packed, 0, nt, y + r, ldy);
+}
+// Gemm8::run_n: nr <= 4 rows as pairs, 1 .. kGemm8MaxGroups groups
+template <GgmlType WT>
+void run_n(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int ng, int nt, float* y,
+           size_t ldy) {
+  static_assert(kGemm8MaxGroups == 4, "one case per group count");
+  for (int r = 0; r < nr; r += 2) {
+    const uint8_t* wr = w + r * ws;
+    switch (ng) {
+      case 4: gemm_pairs<WT, 4>(k, wr, ws, nr - r, packed, gpb, nt, y + r, ldy); break;
+      case 3: gemm_pairs<WT, 3>(k, wr, ws, nr - r, packed, gpb, nt, y + r, ldy); break;
+      case 2: gemm_pairs<WT, 2>(k, wr, ws, nr - r, packed, gpb, nt, y + r, ldy); break;
+      default: gemm_pairs<WT, 1>(k, wr, ws, nr - r, packed, gpb, nt, y + r, ldy); break;
+    }
+  }
+}
+
+// The table's tile and dot for these types: NR <= 4 weight rows x NT <= 4 tokens of q8_0 / q8_1
+// rows, with gemm_pairs' per-lane operations in its order (lane r of a 4-float vector = row r):
+// each (row, token) block sum is vpdpbusd over the block's 8 lanes, folded to one integer (exact),
+// then scale = d_w * d_x, acc = fma(scale, float(sum), acc), msum = fma(m_w, s_x, msum).
+template <GgmlType WT, int NR, int NT>
+void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, size_t ldy) {
+  using P = Pair<WT>;
+  using W = typename P::W;
+  constexpr bool Q81 = P::kMin;  // the types with a min pair with q8_1 (s = d * sum of q)
+  using X = std::conditional_t<Q81, block_q8_1, block_q8_0>;
+  const int64_t nb = k / QK;
+  __m128 acc[NT], msum[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; t++) acc[t] = msum[t] = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i wv[NR];
+    // the rows' scales (and mins) gathered in a register: four scalar stores read back as one
+    // vector would stall on store forwarding every block
+    uint64_t dbits = 0, mbits = 0;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+      const W& b = ((const W*)(w + r * ws))[i];
+      wv[r] = P::row(b);
+      uint16_t h;
+      std::memcpy(&h, &b, 2);
+      dbits |= (uint64_t)h << (16 * r);
+      if constexpr (P::kMin) {
+        std::memcpy(&h, (const uint8_t*)&b + 2, 2);
+        mbits |= (uint64_t)h << (16 * r);
+      }
+    }
+    __m128 vwd;
+    if constexpr (WT == GgmlType::MXFP4) {
+      auto e = [&](int r) { return r < NR ? e8m0_half(((const W*)(w + r * ws))[i].e) : 0.0f; };
+      vwd = _mm_setr_ps(e(0), e(1), e(2), e(3));
+    } else {
+      vwd = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));
+    }
+    const __m128 vwm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits));
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+      const X& xb = ((const X*)(x + t * xs))[i];
+      const __m256i xv = _mm256_loadu_si256((const __m256i*)xb.qs);
+      __m256i start = _mm256_setzero_si256();
+      if constexpr (P::C != 0)
+        start = _mm256_sub_epi32(start, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)P::C), xv));
+      __m256i s[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) s[r] = r < NR ? _mm256_dpbusd_epi32(start, wv[r], xv) : _mm256_setzero_si256();
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      const __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      half hd;
+      std::memcpy(&hd, &xb.d, 2);
+      const __m128 scale = _mm_mul_ps(vwd, _mm_set1_ps(_cvtsh_ss(hd)));
+      acc[t] = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(sum), acc[t]);
+      if constexpr (P::kMin) {
+        half hs;
+        std::memcpy(&hs, &xb.s, 2);
+        msum[t] = _mm_fmadd_ps(vwm, _mm_set1_ps(_cvtsh_ss(hs)), msum[t]);
       }
     }
   }
-#pragma GCC unroll 2
-  for (int g = 0; g < 2; g++) {
-    __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][4]), _mm512_add_ps(acc[g][2], acc[g][6])),
-                             _mm512_add_ps(_mm512_add_ps(acc[g][1], acc[g][5]), _mm512_add_ps(acc[g][3], acc[g][7])));
-    if constexpr (P::kMin) v = _mm512_add_ps(v, msum[g]);
-    store_pair(v, nr, g ? nt : 8, y + (size_t)g * 8 * ldy, ldy);
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; t++) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, P::kMin ? _mm_add_ps(acc[t], msum[t]) : acc[t]);
+    for (int r = 0; r < NR; r++) y[t * ldy + r] = out[r];
   }
 }
-using Pair16Fn = void (*)(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int nt,
-                          float* y, size_t ldy);
-template <Pair16Fn PAIR>
-void over_pairs16(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int nt, float* y,
-                  size_t ldy) {
-  for (int r = 0; r < nr; r += 2) PAIR(k, w + r * ws, ws, nr - r, packed, gpb, nt, y + r, ldy);
+
+template <GgmlType WT, int NR>
+void vnni_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int nt, float* y, size_t ldy) {
+  switch (nt) {
+    case 4: vnni_kernel<WT, NR, 4>(k, w, ws, x, xs, y, ldy); break;
+    case 3: vnni_kernel<WT, NR, 3>(k, w, ws, x, xs, y, ldy); break;
+    case 2: vnni_kernel<WT, NR, 2>(k, w, ws, x, xs, y, ldy); break;
+    default: vnni_kernel<WT, NR, 1>(k, w, ws, x, xs, y, ldy); break;
+  }
 }
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
@@ -448,20 +504,41 @@ void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8
 
 }  // namespace
 
-extern const Gemm8 gemm8_q4_0 = {packed_bytes<8>, pack8<false, 8>, over_pairs<gemm8_pair<GgmlType::Q4_0>>,
-                                  over_pairs16<gemm16_pair<GgmlType::Q4_0>>};
-extern const Gemm8 gemm8_q4_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q4_1>>,
-                                  over_pairs16<gemm16_pair<GgmlType::Q4_1>>};
-extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, over_pairs<gemm8_pair<GgmlType::Q5_0>>,
-                                  over_pairs16<gemm16_pair<GgmlType::Q5_0>>};
-extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, over_pairs<gemm8_pair<GgmlType::Q5_1>>,
-                                  over_pairs16<gemm16_pair<GgmlType::Q5_1>>};
-extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, over_pairs<gemm8_pair<GgmlType::Q8_0>>,
-                                  over_pairs16<gemm16_pair<GgmlType::Q8_0>>};
-extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, over_pairs<gemm8_pair<GgmlType::MXFP4>>,
-                                   over_pairs16<gemm16_pair<GgmlType::MXFP4>>};
+extern const Gemm8 gemm8_q4_0 = {packed_bytes<8>, pack8<false, 8>, run_one<GgmlType::Q4_0>, run_n<GgmlType::Q4_0>};
+extern const Gemm8 gemm8_q4_1 = {packed_bytes<0>, pack8<true, 0>, run_one<GgmlType::Q4_1>, run_n<GgmlType::Q4_1>};
+extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, run_one<GgmlType::Q5_0>, run_n<GgmlType::Q5_0>};
+extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, run_one<GgmlType::Q5_1>, run_n<GgmlType::Q5_1>};
+extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, run_one<GgmlType::Q8_0>, run_n<GgmlType::Q8_0>};
+extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, run_one<GgmlType::MXFP4>, run_n<GgmlType::MXFP4>};
 extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
 extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
+
+template <GgmlType WT>
+void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy) {
+  switch (nr) {
+    case 4: vnni_rows<WT, 4>(k, w, ws, x, xs, nt, y, ldy); return;
+    case 3: vnni_rows<WT, 3>(k, w, ws, x, xs, nt, y, ldy); return;
+    case 2: vnni_rows<WT, 2>(k, w, ws, x, xs, nt, y, ldy); return;
+    default: vnni_rows<WT, 1>(k, w, ws, x, xs, nt, y, ldy); return;
+  }
+}
+template <GgmlType WT> float vnni_dot(int64_t k, const void* w, const void* x) {
+  float y;
+  vnni_kernel<WT, 1, 1>(k, (const uint8_t*)w, 0, (const uint8_t*)x, 0, &y, 1);
+  return y;
+}
+#define MB_VNNI_LEGACY(T)                                                                                          \
+  template void vnni_tile<GgmlType::T>(int64_t, const uint8_t*, size_t, int, const uint8_t*, size_t, int, float*, \
+                                       size_t);                                                                   \
+  template float vnni_dot<GgmlType::T>(int64_t, const void*, const void*);
+MB_VNNI_LEGACY(Q4_0)
+MB_VNNI_LEGACY(Q4_1)
+MB_VNNI_LEGACY(Q5_0)
+MB_VNNI_LEGACY(Q5_1)
+MB_VNNI_LEGACY(Q8_0)
+MB_VNNI_LEGACY(MXFP4)
+#undef MB_VNNI_LEGACY
 
 }  // namespace avx512
 }  // namespace kq

@@ -42,13 +42,13 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
-  // the AVX-512 set once more with one packed group per pass (no run2): what pairing groups gains
+  // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
   KernelTable one_group{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
     one_group.name = "avx512-g8";
-    for (Gemm8& g : one_group.gemm8) g.run2 = nullptr;
+    for (Gemm8& g : one_group.gemm8) g.run_n = nullptr;
     tables.push_back(&one_group);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
