@@ -113,6 +113,27 @@ void check_matmuls(Checks& c, cudaStream_t st) {
                 std::to_string(T),
             worst <= tol, worst);
     }
+    if (cuda::cublas_supported(t)) {
+      const int T = 70;
+      const auto x = random_floats((size_t)T * K, 99, 1.f);
+      Dev<float> dx(x.size()), dy((size_t)T * N);
+      Dev<uint16_t> x16(x.size());
+      dx.put(x, st);
+      cuda::CublasHandle h(st);
+      cuda::gemm_cublas(h, W, dx.p, x16.p, dy.p, T, st);
+      const auto y = dy.get((size_t)T * N, st);
+      double worst = 0;
+      for (int tt = 0; tt < T; tt++)
+        for (int64_t n = 0; n < N; n++) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; k++) {
+            ref += (double)wf[n * K + k] * x[tt * K + k];
+            mag += std::fabs((double)wf[n * K + k] * x[tt * K + k]);
+          }
+          worst = std::max(worst, std::fabs(y[tt * N + n] - ref) / (mag + 1e-20));
+        }
+      c.add(std::string("gemm_cublas ") + ggml_type_name(t) + " T=70", worst <= 1e-2, worst);
+    }
     // embedding rows
     std::vector<int32_t> rows{0, 7, (int32_t)N - 1};
     Dev<int32_t> dr(rows.size());
@@ -299,6 +320,14 @@ struct GpuQwen3 {
   Dev<float> u;
   cudaStream_t st;
   size_t weight_bytes = 0;
+  std::unique_ptr<cuda::CublasHandle> blas;  // F16/BF16 weights, batched rows
+  Dev<uint16_t> x16;                         // [Tm, max K] activations rounded for cuBLAS
+
+  // y[T, N] = x[T, K] · W^T: matvec for few rows, cuBLAS for F16/BF16 weights, else the WMMA GEMM.
+  void mm(const QMatrix& W, const float* xin, float* yout, int T) {
+    if (T > cuda::kMatvecMaxT && blas && cuda::cublas_supported(W.type)) cuda::gemm_cublas(*blas, W, xin, x16.p, yout, T, st);
+    else cuda::matmul(W, xin, yout, T, st);
+  }
 
   GpuQwen3(const GgufFile& f, const uint8_t* img, size_t img_size, int S_, int C_, int Tm_, cudaStream_t s)
       : S(S_), C(C_), Tm(Tm_), st(s) {
@@ -348,6 +377,8 @@ struct GpuQwen3 {
     part = Dev<float>(cuda::attention_decode_scratch_floats(S, H, Dh, C, kKvChunk));
     tok = Dev<int32_t>(T); pos = Dev<int32_t>(T); slot = Dev<int32_t>(T); ids = Dev<int32_t>(T);
     u = Dev<float>(T);
+    blas = std::make_unique<cuda::CublasHandle>(st);
+    x16 = Dev<uint16_t>(T * (size_t)std::max(D, std::max(F, H * Dh)));
   }
   static constexpr int kKvChunk = 256;
 
@@ -359,9 +390,9 @@ struct GpuQwen3 {
     for (int il = 0; il < L; il++) {
       const Layer& l = layers[il];
       cuda::rmsnorm_rows(xn.p, x.p, l.attn_norm, T, D, cfg.rms_eps, st);
-      cuda::matmul(l.wq, xn.p, q.p, T, st);
-      cuda::matmul(l.wk, xn.p, k.p, T, st);
-      cuda::matmul(l.wv, xn.p, v.p, T, st);
+      mm(l.wq, xn.p, q.p, T);
+      mm(l.wk, xn.p, k.p, T);
+      mm(l.wv, xn.p, v.p, T);
       cuda::rmsnorm_rows(q.p, q.p, l.q_norm, T * H, Dh, cfg.rms_eps, st);
       cuda::rmsnorm_rows(k.p, k.p, l.k_norm, T * Hk, Dh, cfg.rms_eps, st);
       cuda::rope(q.p, pos.p, T, H, Dh, Dh, cfg.rope_freq_base, true, st);
@@ -370,17 +401,17 @@ struct GpuQwen3 {
       cuda::store_kv(kv, k.p, v.p, slot.p, pos.p, T, st);
       if (decode) cuda::attention_decode(kv, q.p, att.p, slot.p, pos.p, T, H, scale, max_keys, kKvChunk, part.p, st);
       else cuda::attention_prefill(kv, q.p, att.p, slot.p, pos.p, T, H, scale, st);
-      cuda::matmul(l.wo, att.p, y.p, T, st);
+      mm(l.wo, att.p, y.p, T);
       cuda::add(x.p, y.p, (int64_t)T * D, st);
       cuda::rmsnorm_rows(xn.p, x.p, l.ffn_norm, T, D, cfg.rms_eps, st);
-      cuda::matmul(l.wg, xn.p, gate.p, T, st);
-      cuda::matmul(l.wu, xn.p, up.p, T, st);
+      mm(l.wg, xn.p, gate.p, T);
+      mm(l.wu, xn.p, up.p, T);
       cuda::silu_mul(gate.p, up.p, (int64_t)T * F, st);
-      cuda::matmul(l.wd, gate.p, y.p, T, st);
+      mm(l.wd, gate.p, y.p, T);
       cuda::add(x.p, y.p, (int64_t)T * D, st);
     }
     cuda::rmsnorm_rows(last.p, x.p + (size_t)(T - n_out) * D, out_norm, n_out, D, cfg.rms_eps, st);
-    cuda::matmul(output, last.p, logits.p, n_out, st);
+    mm(output, last.p, logits.p, n_out);
   }
 };
 
@@ -444,7 +475,7 @@ double now_s() {
 
 // Decode at batch B (one row per slot at depth `depth`) and prefill of `prefill` tokens per
 // sequence for B sequences; KV contents are whatever the cache holds (speed only).
-std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int depth) {
+std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int depth, int& graph_captures) {
   std::string out = "[";
   for (int B : a.batches) {
     if (B > g.S) continue;
@@ -465,9 +496,33 @@ std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int de
     };
     one(0);
     one(1);
-    const double t0 = now_s();
+    double t0 = now_s();
     for (int it = 0; it < a.iters; it++) one(2 + it);
+    const double dt_eager = (now_s() - t0) / a.iters;
+    // The same step as one CUDA graph: attention gets the cache's whole length as max_keys so the
+    // launch shapes stay fixed while positions (device memory) move; only tokens/positions go up
+    // and ids come down around each replay.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cuda::check((int)cudaStreamBeginCapture(g.st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    g.step(B, g.C, true, B);
+    cuda::sample(g.logits.p, B, g.V, 40, 0.95f, 0.f, g.u.p, g.ids.p, g.st);
+    cuda::check((int)cudaStreamEndCapture(g.st, &graph), "cudaStreamEndCapture");
+    cuda::check((int)cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    graph_captures++;
+    auto replay = [&](int it) {
+      for (auto& p : pos) p = depth + it;
+      put_rows(g, tok, pos, slot);
+      cuda::check((int)cudaGraphLaunch(exec, g.st), "cudaGraphLaunch");
+      cuda::download(tok.data(), g.ids.p, B * sizeof(int32_t), g.st);
+      cuda::sync(g.st);
+    };
+    replay(0);
+    t0 = now_s();
+    for (int it = 0; it < a.iters; it++) replay(2 + it);
     const double dt = (now_s() - t0) / a.iters;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
     const double kv_bytes = (double)B * s.L * 2.0 * s.Hk * s.Dh * 2.0 * (depth + 2 + a.iters / 2);
     const double bytes = (double)g.weight_bytes + kv_bytes;
     // prefill: B sequences of a.prefill tokens, chunks of at most Tm rows
@@ -492,13 +547,48 @@ std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int de
     }
     char b[512];
     std::snprintf(b, sizeof b,
-                  "{\"batch\":%d,\"decode_ms_per_step\":%.4g,\"decode_tok_s\":%.4g,\"bytes_per_step\":%.6g,"
-                  "\"frac_of_4_8_tb_s\":%.4g,\"prefill_tokens\":%d,\"prefill_s\":%.4g,\"prefill_tok_s\":%.4g}",
-                  B, dt * 1e3, B / dt, bytes, bytes / dt / kH200Bandwidth, B * a.prefill, pt, B * a.prefill / pt);
+                  "{\"batch\":%d,\"decode_ms_per_step\":%.4g,\"decode_ms_per_step_eager\":%.4g,\"decode_tok_s\":%.4g,"
+                  "\"bytes_per_step\":%.6g,\"frac_of_4_8_tb_s\":%.4g,\"prefill_tokens\":%d,\"prefill_s\":%.4g,"
+                  "\"prefill_tok_s\":%.4g}",
+                  B, dt * 1e3, dt_eager * 1e3, B / dt, bytes, bytes / dt / kH200Bandwidth, B * a.prefill, pt,
+                  B * a.prefill / pt);
     std::fprintf(stderr, "%s\n", b);
     out += (out.size() > 1 ? "," : "") + std::string(b);
   }
   return out + "]";
+}
+
+// One [K=D, N=F] matmul at T = 512 through each GEMM that can take it: the evidence for the
+// cuBLAS choice on F16/BF16 (and the WMMA kernel's own TFLOP/s).
+std::string gemm_timing(GpuQwen3& g) {
+  const QMatrix& W = g.layers[0].wg;
+  const int T = 512;
+  auto time_it = [&](auto&& fn) {
+    fn();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, g.st);
+    for (int i = 0; i < 10; i++) fn();
+    cudaEventRecord(e1, g.st);
+    cuda::check((int)cudaEventSynchronize(e1), "gemm timing");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms / 10;
+  };
+  const double flop = 2.0 * T * W.K * W.N;
+  const float wmma = time_it([&] { cuda::gemm_f16(W, g.xn.p, g.gate.p, T, g.st); });
+  char b[256];
+  int n = std::snprintf(b, sizeof b, "{\"K\":%lld,\"N\":%lld,\"T\":%d,\"wmma_ms\":%.4g,\"wmma_tflops\":%.4g",
+                        (long long)W.K, (long long)W.N, T, wmma, flop / wmma * 1e-9);
+  if (cuda::cublas_supported(W.type)) {
+    const float cb = time_it([&] { cuda::gemm_cublas(*g.blas, W, g.xn.p, g.x16.p, g.gate.p, T, g.st); });
+    n += std::snprintf(b + n, sizeof b - n, ",\"cublas_ms\":%.4g,\"cublas_tflops\":%.4g", cb, flop / cb * 1e-9);
+  }
+  std::snprintf(b + n, sizeof b - n, "}");
+  return b;
 }
 
 GgmlType parse_type(const std::string& n) {
@@ -545,6 +635,7 @@ int run_on_device(const HarnessArgs& a) {
     const double t_checks = now_s() - t0;
     j.raw("checks", c.list + "]").num("checks_failed", c.failed).num("checks_s", t_checks);
     std::string results = "[]";
+    int graph_captures = 0;
     {
       const double g0 = now_s();
       std::vector<uint8_t> img;
@@ -569,9 +660,10 @@ int run_on_device(const HarnessArgs& a) {
       GpuQwen3 g(ff, base, size, maxB, depth + a.iters + 4 + a.prefill, 2048, st);
       j.num("load_s", now_s() - g0).num("weight_bytes_per_step", (double)g.weight_bytes)
           .num("bound_ms_per_step_at_4_8_tb_s", g.weight_bytes / kH200Bandwidth * 1e3);
-      results = bench(g, s, a, depth);
+      j.raw("gemm", gemm_timing(g));
+      results = bench(g, s, a, depth, graph_captures);
     }
-    j.raw("bench", results);
+    j.raw("bench", results).num("graph_captures", graph_captures);
     j.str("status", c.failed ? "checks_failed" : "ok");
     std::printf("%s\n", j.done().c_str());
     cudaStreamDestroy(st);

@@ -52,6 +52,21 @@ void gemm_f16(const QMatrix& W, const float* x, float* y, int T, cudaStream_t s)
 // The dispatch: matvec for small T, gemm_f16 otherwise (kMatvecMaxT).
 constexpr int kMatvecMaxT = 8;
 void matmul(const QMatrix& W, const float* x, float* y, int T, cudaStream_t s);
+// cuBLAS for F16/BF16 weights, T > kMatvecMaxT: activations rounded to W's type into x16
+// ([T, K] 16-bit scratch), f32 sums. A handle per stream, owned by the caller.
+class CublasHandle {
+ public:
+  explicit CublasHandle(cudaStream_t s);
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  void* get() const { return handle_; }
+
+ private:
+  void* handle_ = nullptr;
+};
+bool cublas_supported(GgmlType t);
+void gemm_cublas(CublasHandle& h, const QMatrix& W, const float* x, uint16_t* x16, float* y, int T, cudaStream_t s);
 // Grouped expert matvec (MoE decode): W holds E experts of N rows each, expert e's rows at
 // W.data + e * expert_bytes. For pair p in [0, P): y[p, N] = x[p / Ek, K] · W[sel[p]]^T.
 void matvec_experts(const QMatrix& W, size_t expert_bytes, const float* x, const int32_t* sel, int P, int Ek,

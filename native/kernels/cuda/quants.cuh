@@ -62,6 +62,24 @@ MB_HD uint32_t load_u32(const uint8_t* p) {
 }
 MB_HD float load_f16(const uint8_t* p) { return f16_bits_to_float(load_u16(p)); }
 
+// w[0 .. 4 n16) = the 16 n16 bytes at p, which must be 16-byte aligned (K-quant rows of Q4_K and
+// f16/bf16 rows are: their block sizes are multiples of 16 and tensors start 32-byte aligned).
+// On the device that is n16 vector loads instead of 16 n16 byte loads; the words stay in registers.
+MB_HD void load_words16(uint32_t* w, const uint8_t* p, int n16) {
+#ifdef __CUDA_ARCH__
+  for (int i = 0; i < n16; i++) {
+    const uint4 v = __ldg((const uint4*)p + i);
+    w[4 * i] = v.x;
+    w[4 * i + 1] = v.y;
+    w[4 * i + 2] = v.z;
+    w[4 * i + 3] = v.w;
+  }
+#else
+  std::memcpy(w, p, (size_t)16 * n16);
+#endif
+}
+MB_HD uint32_t byte_of(const uint32_t* w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFF; }
+
 // Bytes per block and values per block (32 for legacy quants, 256 for K-quants, 1 for floats).
 MB_HD int qtype_block_bytes(QType t) {
   switch (t) {
@@ -110,12 +128,22 @@ MB_HD void dequant_sub32(const uint8_t* row, int64_t s, float* out) {
       std::memcpy(&out[i], &u, 4);
 #endif
     }
-  } else if constexpr (T == QType::F16) {
-    const uint8_t* p = row + s * 64;
-    for (int i = 0; i < 32; i++) out[i] = load_f16(p + 2 * i);
-  } else if constexpr (T == QType::BF16) {
-    const uint8_t* p = row + s * 64;
-    for (int i = 0; i < 32; i++) out[i] = bf16_bits_to_float(load_u16(p + 2 * i));
+  } else if constexpr (T == QType::F16 || T == QType::BF16) {
+    uint32_t w[16];
+    load_words16(w, row + s * 64, 4);
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int i = 0; i < 16; i++) {
+      const uint16_t lo = (uint16_t)(w[i] & 0xFFFF), hi = (uint16_t)(w[i] >> 16);
+      if constexpr (T == QType::F16) {
+        out[2 * i] = f16_bits_to_float(lo);
+        out[2 * i + 1] = f16_bits_to_float(hi);
+      } else {
+        out[2 * i] = bf16_bits_to_float(lo);
+        out[2 * i + 1] = bf16_bits_to_float(hi);
+      }
+    }
   } else if constexpr (T == QType::Q4_0) {
     const uint8_t* b = row + s * 18;
     const float d = load_f16(b);
@@ -157,13 +185,25 @@ MB_HD void dequant_sub32(const uint8_t* row, int64_t s, float* out) {
   } else if constexpr (T == QType::Q4_K) {
     const uint8_t* b = row + (s >> 3) * 144;
     const int j = (int)(s & 7);
-    const float d = load_f16(b), dmin = load_f16(b + 2);
+    uint32_t head[4], qw[8];  // d, dmin, 12 scale bytes | the 32 bytes holding this sub-block's nibbles
+    load_words16(head, b, 1);
+    load_words16(qw, b + 16 + (j >> 1) * 32, 2);
+    const float d = f16_bits_to_float((uint16_t)(head[0] & 0xFFFF)), dmin = f16_bits_to_float((uint16_t)(head[0] >> 16));
+    const uint32_t* sc12 = head + 1;
     int sc, m;
-    k_scale_min(j, b + 4, &sc, &m);
+    if (j < 4) {
+      sc = (int)(byte_of(sc12, j) & 63);
+      m = (int)(byte_of(sc12, j + 4) & 63);
+    } else {
+      sc = (int)((byte_of(sc12, j + 4) & 0xF) | ((byte_of(sc12, j - 4) >> 6) << 4));
+      m = (int)((byte_of(sc12, j + 4) >> 4) | ((byte_of(sc12, j) >> 6) << 4));
+    }
     const float d1 = d * (float)sc, m1 = dmin * (float)m;
-    const uint8_t* q = b + 16 + (j >> 1) * 32;
     const int shift = (j & 1) * 4;
-    for (int l = 0; l < 32; l++) out[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int l = 0; l < 32; l++) out[l] = d1 * (float)((byte_of(qw, l) >> shift) & 0xF) - m1;
   } else if constexpr (T == QType::Q5_K) {
     const uint8_t* b = row + (s >> 3) * 176;
     const int j = (int)(s & 7);
