@@ -16,6 +16,7 @@
 // soaks a running server; its RSS is sampled only with --pid. The worker's pid comes from Health
 // at every sample, so a restarted worker is followed (and counted in worker_restarts).
 //
+// bin/mashbox.js runs dist/ when it exists: `npm run build` first, so the soak runs this checkout.
 // The note's runs: `--minutes 20 --clients 8` and `--clients 64` (on a quiet machine).
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
