@@ -91,6 +91,59 @@ describe("gemma3 over HTTP with a chat template given", function () {
   });
 });
 
+// A slot's local layers keep W + max batch positions (fixture W = 20; max batch 8 here: 28), so
+// after a 60-token prompt a slot can be continued from its last ~8 positions, not from position 30.
+// The scheduler asks the model (kv_reusable) and prefills again instead of reusing what is gone;
+// answers are the same as on a fresh server either way. --cache-ram is on: the host prompt cache
+// cannot take a ring's K/V and stays off for this model, which must not break anything.
+describe("gemma3 slot reuse with sliding-window layers", function () {
+  this.timeout(180_000);
+  const P = "The quick brown fox jumps over the lazy dog. ".repeat(6);
+  const opts = { model_path: FIXTURE, model_id: "gemma3", slots: 1, ctx: 256, scripts: false, engine_options: { max_batch: 8, cache_ram_mib: 64 } };
+  const complete = async (s: TestServer, prompt: string) => {
+    const r = await post(s, "/v1/completions", { model: "gemma3", prompt, max_tokens: 4, temperature: 0 });
+    expect(r.status).to.equal(200);
+    return { text: r.json.choices[0].text as string, cached: r.json.timings.cache_n as number, prompt_tokens: r.json.usage.prompt_tokens as number };
+  };
+  let fresh: Map<string, string>;
+  const prompts = { shortened: P.slice(0, P.length / 2) + "Hello there.", extended: "" };
+
+  it("reuses only a prefix whose window is still held, and answers as a fresh server does", async function () {
+    const s = await startTestServer(opts);
+    let first: Awaited<ReturnType<typeof complete>>;
+    let shortened: Awaited<ReturnType<typeof complete>>;
+    let extended: Awaited<ReturnType<typeof complete>>;
+    try {
+      first = await complete(s, P);
+      expect(first.prompt_tokens).to.be.greaterThan(50);
+      // shares ~half of P with the slot: its window there was overwritten, so nothing is reused
+      shortened = await complete(s, prompts.shortened);
+      expect(shortened.cached).to.equal(0);
+      // the slot now holds the shortened prompt and its answer: extending that reuses all of it
+      prompts.extended = prompts.shortened + shortened.text + " And then";
+      extended = await complete(s, prompts.extended);
+      expect(extended.cached).to.be.greaterThan(20);
+      // a cut into a lost window would have thrown in the worker (kv_truncate refuses it)
+      expect(s.engine.stats().worker_restarts).to.equal(0);
+    } finally {
+      await s.close();
+    }
+    fresh = new Map();
+    for (const prompt of [prompts.shortened, prompts.extended]) {
+      const f = await startTestServer(opts);
+      try {
+        const r = await complete(f, prompt);
+        expect(r.cached).to.equal(0);
+        fresh.set(prompt, r.text);
+      } finally {
+        await f.close();
+      }
+    }
+    expect(shortened.text).to.equal(fresh.get(prompts.shortened));
+    expect(extended.text).to.equal(fresh.get(prompts.extended));
+  });
+});
+
 describe("mashbox run --chat-template", function () {
   it("reads the file, and refuses a missing or empty one", function () {
     const dir = mkdtempSync(path.join(os.tmpdir(), "mb-tmpl-"));
