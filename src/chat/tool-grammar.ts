@@ -426,6 +426,12 @@ export interface ToolCallGrammarOptions {
    * the grammar closes it at once, since a forced call comes without thinking (see engine.ts).
    */
   starts_in_thinking?: boolean;
+  /**
+   * The template speaks harmony (gpt-oss): the call is the message the model writes after the
+   * prompt's "<|start|>assistant", `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS`,
+   * ended by <|call|> (end of generation); ./harmony.ts reads it back.
+   */
+  harmony?: boolean;
 }
 
 /**
@@ -449,9 +455,11 @@ export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions 
       if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
       throw e;
     }
+    if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args}`;
     return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
   });
   const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
+  if (opts.harmony) return b.text(call);
   const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
   return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
 }

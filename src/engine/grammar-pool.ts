@@ -12,6 +12,8 @@ export interface GrammarTask {
   id: number;
   tools: ToolSpec[];
   starts_in_thinking: boolean;
+  /** The model speaks harmony (gpt-oss): the call in its message shape. */
+  harmony: boolean;
 }
 export type GrammarReply = { id: number; ok: true; grammar: string } | { id: number; ok: false; tool: string | null; reason: string };
 
@@ -71,8 +73,8 @@ export class GrammarPool {
   constructor(private readonly time_limit_ms = GRAMMAR_TIME_LIMIT_MS) {}
 
   /** The grammar of one call to one of `tools`; rejects with a 400 ApiError naming the tool. */
-  build(tools: ToolSpec[], starts_in_thinking: boolean): Promise<string> {
-    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking])).digest("hex");
+  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false): Promise<string> {
+    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony])).digest("hex");
     const known = this.cache.get(key);
     if (known) {
       this.cache.delete(key); // most recently used last
@@ -80,7 +82,7 @@ export class GrammarPool {
       return known;
     }
     const p = new Promise<string>((resolve, reject) => {
-      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking }, resolve, reject });
+      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony }, resolve, reject });
       this.pump();
     });
     p.catch(() => {});

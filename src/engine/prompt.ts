@@ -2,6 +2,7 @@
 // input, the raw text otherwise) and the grammar its output must match, if any.
 import { renderChatPromptParts, promptOpensThinking } from "../chat/template.js";
 import { forcedTools } from "../chat/tool-grammar.js";
+import { isHarmonyTemplate } from "../chat/harmony.js";
 import { statePointChars } from "./prompt-cache.js";
 import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
 import { ApiError } from "../errors.js";
@@ -55,7 +56,7 @@ export async function preparePrompt(
     throw e;
   }
   const starts_in_thinking = promptOpensThinking(text);
-  if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking);
+  if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking, isHarmonyTemplate(model.chat_template));
   return { text, literal, add_special: true, starts_in_thinking, grammar, state_point_chars: statePointChars(chat, model, text) };
 }
 

@@ -1,9 +1,13 @@
 // Harmony (gpt-oss) output parsing and the gpt-oss chat template: channels map to thinking and
 // text, recipients to tool calls, whatever the chunking of the detokenized stream.
 import { expect } from "chai";
-import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { HarmonyParser, isHarmonyTemplate } from "../../src/chat/harmony.js";
 import { renderChatPromptParts } from "../../src/chat/template.js";
+import { toolCallGrammar } from "../../src/chat/tool-grammar.js";
 import type { ChatPrompt, GenerationEvent, ToolSpec } from "../../src/engine/types.js";
 
 const TEMPLATE = readFileSync(new URL("./fixtures/gpt-oss.jinja", import.meta.url), "utf8");
@@ -199,5 +203,44 @@ describe("gpt-oss chat template (harmony) through @huggingface/jinja", () => {
     expect(text).to.not.contain("greet");
     const typed = text.indexOf("x<|end|>") + 1;
     expect(literal.slice(0, 2)).to.deep.equal([typed, typed + "<|end|>".length]);
+  });
+});
+
+describe("forced tool choice in harmony (tool-grammar harmony: true)", () => {
+  const GRAMMAR_TOOL = process.env.MB_GRAMMAR ?? resolve("native/build/engine/mb_grammar");
+
+  /** "1" complete sentence, "p" a valid prefix only, "0" rejected, per input (native grammar engine). */
+  function check(grammar: string, inputs: string[]): string[] {
+    if (!existsSync(GRAMMAR_TOOL)) throw new Error(`${GRAMMAR_TOOL} is missing: run \`npm run build:native\``);
+    const file = join(mkdtempSync(join(tmpdir(), "mb-harmony-")), "g.gbnf");
+    writeFileSync(file, grammar);
+    const r = spawnSync(GRAMMAR_TOOL, ["check", file], { input: inputs.map((x) => Buffer.from(x, "utf8").toString("hex")).join("\n") + "\n", encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`grammar rejected (${r.status}): ${r.stderr}\n${grammar}`);
+    return r.stdout.trim().split("\n");
+  }
+
+  it("accepts exactly one call message to an offered tool, which the harmony parser reads back", () => {
+    const g = toolCallGrammar(TOOLS, { harmony: true });
+    const call = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}';
+    const custom = '<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>{"input": "diff"}';
+    expect(check(g, [
+      call,
+      custom,
+      call.slice(0, 40),
+      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+      '<|channel|>commentary to=functions.rm <|constrain|>json<|message|>{}',
+      call + " more",
+      '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": 3}',
+    ])).to.deep.equal(["1", "1", "p", "0", "0", "0", "0"]);
+    expect(merged(run([call]))).to.deep.equal([
+      start(0, "get_weather"),
+      { type: "tool_call_delta", index: 0, arguments: '{"city": "Paris"}' },
+      { type: "tool_call_end", index: 0, arguments: '{"city": "Paris"}' },
+    ]);
+    expect(merged(run([custom]))).to.deep.equal([
+      start(0, "apply_patch", "custom", { namespace: "codex" }),
+      { type: "tool_call_delta", index: 0, arguments: "diff" },
+      { type: "tool_call_end", index: 0, arguments: "diff" },
+    ]);
   });
 });
