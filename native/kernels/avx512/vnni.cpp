@@ -277,7 +277,8 @@ void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_
       wv[r] = P::row(b);
       uint16_t h;
       std::memcpy(&h, &b, 2);
-      dbits |= (uint64_t)h << (16 * r);
+      // MXFP4: its E8M0 byte, packed a byte per row; otherwise the f16 d
+      dbits |= WT == GgmlType::MXFP4 ? (uint64_t)(h & 0xff) << (8 * r) : (uint64_t)h << (16 * r);
       if constexpr (P::kMin) {
         std::memcpy(&h, (const uint8_t*)&b + 2, 2);
         mbits |= (uint64_t)h << (16 * r);
@@ -285,8 +286,11 @@ void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_
     }
     __m128 vwd;
     if constexpr (WT == GgmlType::MXFP4) {
-      auto e = [&](int r) { return r < NR ? e8m0_half(((const W*)(w + r * ws))[i].e) : 0.0f; };
-      vwd = _mm_setr_ps(e(0), e(1), e(2), e(3));
+      // e8m0_half on 4 lanes: 2^(e-1) as float bits, 0x00200000 << e for e < 2 (subnormal)
+      const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)(uint32_t)dbits));  // the byte at 0 is e
+      const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+      const __m128i tiny = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+      vwd = _mm_castsi128_ps(_mm_blendv_epi8(normal, tiny, _mm_cmpgt_epi32(_mm_set1_epi32(2), e)));
     } else {
       vwd = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));
     }
