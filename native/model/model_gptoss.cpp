@@ -61,6 +61,8 @@ struct Yarn {
     const float beta_fast = (float)f.get_float(a + "scaling.yarn_beta_fast", 32.0);
     const float beta_slow = (float)f.get_float(a + "scaling.yarn_beta_slow", 1.0);
     const int n_ctx_orig = (int)f.get_int(a + "scaling.original_context_length", cfg.n_ctx_train);
+    if (f.get_float(a + "scaling.yarn_log_multiplier", 0.0) != 0.0)
+      throw std::runtime_error("model: " + cfg.arch + ": rope.scaling.yarn_log_multiplier is not supported");
     float attn = 1.0f;
     if (y.ext_factor != 0.f) {
       // llama.cpp sets attn_factor to get_mscale(factor) and cancels it again, since ggml's rope
@@ -167,7 +169,7 @@ class GptOss final : public Transformer {
     ye_.assign((size_t)Tm_ * D_, 0.f);
     angles_.assign((size_t)Tm_ * cfg_.rope_dim, 0.f);
     const int P = pool_ ? pool_->size() : 1;
-    att_scratch_n_ = (size_t)G_ * C_ + 2 * (size_t)Dh_ + (size_t)G_ * Dh_;
+    att_scratch_n_ = (size_t)G_ * C_ + (size_t)Dh_ + (size_t)G_ * Dh_;
     att_scratch_.assign((size_t)P * att_scratch_n_, 0.f);
   }
 
@@ -361,7 +363,7 @@ class GptOss final : public Transformer {
   std::vector<float> xe_;             // [Tm, D] their inputs, gathered
   std::vector<float> ye_;             // [Tm, D] the expert's outputs
   std::vector<float> angles_;         // [Tm, Dh] YaRN cos/sin per row
-  size_t att_scratch_n_ = 0;          // floats per thread: G*C scores + Dh row + G*Dh queries (+ Dh)
+  size_t att_scratch_n_ = 0;          // floats per thread: G*C scores, a Dh row, G*Dh queries
   std::vector<float> att_scratch_;    // [P][att_scratch_n_]
   MatmulScratch scratch_;             // the experts' quantized activations
 };
