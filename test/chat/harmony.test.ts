@@ -172,7 +172,8 @@ describe("gpt-oss chat template (harmony) through @huggingface/jinja", () => {
       tool_choice: { type: "auto" },
     } as unknown as ChatPrompt;
     const { text } = renderChatPromptParts(chat, model);
-    const date = new Date().toISOString().slice(0, 10);
+    const now = new Date(); // strftime_now formats local time
+    const date = `${now.getFullYear()}-${String(now.getMonth() + 1).padStart(2, "0")}-${String(now.getDate()).padStart(2, "0")}`;
     expect(text).to.equal(
       "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n" +
         `Current date: ${date}\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.\n` +
