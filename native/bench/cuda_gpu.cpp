@@ -113,6 +113,33 @@ void check_matmuls(Checks& c, cudaStream_t st) {
                 std::to_string(T),
             worst <= tol, worst);
     }
+    {
+      // W as E = 4 experts of N / 4 rows; 3 tokens, 2 experts each
+      const int E = 4, Ek = 2, Tt = 3, P = Tt * Ek;
+      const int64_t Ne = N / E;
+      const size_t eb = (size_t)Ne * ggml_row_bytes(t, K);
+      std::vector<int32_t> sel{2, 0, 1, 3, 3, 2};
+      const auto x = random_floats((size_t)Tt * K, 77, 1.f);
+      Dev<float> dx(x.size()), dy((size_t)P * Ne);
+      Dev<int32_t> dsel(sel.size());
+      dx.put(x, st);
+      dsel.put(sel, st);
+      const QMatrix We{t, K, Ne, dw.p};
+      cuda::matvec_experts(We, eb, dx.p, dsel.p, P, Ek, dy.p, st);
+      const auto y = dy.get((size_t)P * Ne, st);
+      double worst = 0;
+      for (int p = 0; p < P; p++)
+        for (int64_t n = 0; n < Ne; n++) {
+          double ref = 0, mag = 0;
+          const float* wr = &wf[((size_t)sel[p] * Ne + n) * K];
+          for (int64_t k = 0; k < K; k++) {
+            ref += (double)wr[k] * x[(p / Ek) * K + k];
+            mag += std::fabs((double)wr[k] * x[(p / Ek) * K + k]);
+          }
+          worst = std::max(worst, std::fabs(y[p * Ne + n] - ref) / (mag + 1e-20));
+        }
+      c.add(std::string("matvec_experts ") + ggml_type_name(t), worst <= 1e-5, worst);
+    }
     if (cuda::cublas_supported(t)) {
       const int T = 70;
       const auto x = random_floats((size_t)T * K, 99, 1.f);
@@ -141,12 +168,18 @@ void check_matmuls(Checks& c, cudaStream_t st) {
     Dev<float> dout(rows.size() * K);
     cuda::get_rows(W, dr.p, (int)rows.size(), dout.p, st);
     const auto got = dout.get(rows.size() * K, st);
+    // relative to the row's largest value: the device may fuse d * q - m into one FMA, which
+    // moves a value that cancels to near zero by an ulp of the terms, not of the result
     double worst = 0;
-    for (size_t i = 0; i < rows.size(); i++)
-      for (int64_t k = 0; k < K; k++)
-        worst = std::max(worst, (double)std::fabs(got[i * K + k] - wf[rows[i] * K + k]) /
-                                    (std::fabs(wf[rows[i] * K + k]) + 1e-6));
-    c.add(std::string("get_rows ") + ggml_type_name(t), worst <= 1e-5, worst);
+    for (size_t i = 0; i < rows.size(); i++) {
+      double big = 1e-30, err = 0;
+      for (int64_t k = 0; k < K; k++) {
+        big = std::max(big, (double)std::fabs(wf[rows[i] * K + k]));
+        err = std::max(err, (double)std::fabs(got[i * K + k] - wf[rows[i] * K + k]));
+      }
+      worst = std::max(worst, err / big);
+    }
+    c.add(std::string("get_rows ") + ggml_type_name(t), worst <= 1e-6, worst);
   }
 }
 
@@ -180,7 +213,9 @@ void check_elementwise(Checks& c, cudaStream_t st) {
     for (int t = 0; t < T; t++) mb::rope(&want[(size_t)t * Hh * Dh], Hh, Dh, Dh, pos[t], 1e6f, neox);
     worst = 0;
     for (size_t i = 0; i < q.size(); i++) worst = std::max(worst, (double)std::fabs(got[i] - want[i]));
-    c.add(neox ? "rope neox" : "rope adjacent", worst <= 1e-4, worst);
+    // the CPU builds the angles by repeated multiplication, the GPU with exp2f: at position 300
+    // they part by ~1e-5 rad; a wrong pairing or frequency is off by O(1)
+    c.add(neox ? "rope neox" : "rope adjacent", worst <= 1e-3, worst);
   }
 
   const auto g = random_floats(1000, 4, 6.f), u = random_floats(1000, 5, 2.f);

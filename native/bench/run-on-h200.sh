@@ -46,11 +46,11 @@ echo "build: $(( $(date +%s) - t0 )) s"
 H="$B/bench/cuda_harness"
 "$H" --selftest > "$OUT/selftest.log" 2>&1; echo "selftest: exit $? ($(tail -1 "$OUT/selftest.log"))"
 
-timeout 240 "$H" --shape qwen3-8b --wtype q4_k --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
+timeout 200 "$H" --shape qwen3-8b --wtype q4_k --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
   > "$OUT/q4_k.json" 2> "$OUT/q4_k.log"
 rc=$?
 echo "q4_k: exit $rc"; grep -E "^FAIL" "$OUT/q4_k.log" | head -20; cat "$OUT/q4_k.json"
-timeout 180 "$H" --shape qwen3-8b --wtype bf16 --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
+timeout 160 "$H" --shape qwen3-8b --wtype bf16 --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
   > "$OUT/bf16.json" 2> "$OUT/bf16.log"
 echo "bf16: exit $?"; grep -E "^FAIL" "$OUT/bf16.log" | head -20; cat "$OUT/bf16.json"
 exit $rc
