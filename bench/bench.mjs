@@ -4,8 +4,9 @@
 // tok/s (128 tokens) and aggregate decode tok/s with 8 concurrent sequences. Also RSS after load
 // against file size + KV bytes. Then long prompts (2800, 11100 and 22000 tokens by default: the
 // sizes of coding agents' first requests; one sequence, context sized to the longest, 512-token
-// batches on both sides), where attention, quadratic in the prompt, dominates: prefill tok/s and
-// decode tok/s at that depth (LONG_DECODE tokens after the prompt), against the targets
+// batches on both sides), where attention, quadratic in the prompt, dominates: prefill tok/s, the
+// CPU seconds each prefill took and the load average, and decode tok/s at that depth (LONG_DECODE
+// tokens after the prompt), against the targets
 // (prefill >= 2.5x llama.cpp at ~2.8k tokens, >= 3x at ~11k; decode at depth not below it).
 //   MB_BENCH_MODEL=path  MB_BENCH_THREADS=n  MB_BENCH_SKIP_LLAMA=1  MB_BENCH_SKIP_MASHBOX=1  MB_BENCH_QUICK=1
 //   MB_BENCH_LONG=2800,11100,22000 (lengths; empty or 0 skips)   --long-only (only the long prompts)
@@ -14,7 +15,7 @@
 //                                  default, auto, turns it on for CPU contexts)
 import { createRequire } from "node:module";
 import { existsSync, statSync } from "node:fs";
-import { availableParallelism } from "node:os";
+import { availableParallelism, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { dirname, resolve } from "node:path";
 
@@ -40,6 +41,14 @@ const longTarget = (n) => (n >= 8000 ? 3 : n >= 2000 ? 2.5 : null);
 const LLAMA_FA = { on: true, off: false }[process.env.MB_BENCH_LLAMA_FA ?? "auto"] ?? "auto";
 
 const mib = (b) => (b / 1048576).toFixed(1);
+// On a shared machine wall time depends on what else runs; the CPU seconds a prefill took (all of
+// the process's threads) compare two mashbox builds whatever the load. Not the two engines: their
+// thread pools' spin-waiting is counted too, and llama.cpp's spins far longer.
+const cpuSeconds = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
+const loadAvg = () => loadavg()[0].toFixed(2);
 const rate = (n, ms) => (ms > 0 ? (n * 1000) / ms : 0);
 
 // Prompts are plain text cut to an exact token count with each engine's own tokenizer.
@@ -113,9 +122,11 @@ async function benchMashboxLong() {
   const addon = createRequire(import.meta.url)(addonPath);
   const waiters = new Map();
   const tokenTimes = new Map(); // id -> times of its tokens
+  const firstCpu = new Map(); // id -> process CPU time when its first token arrived (prefill done)
   const engine = new addon.Engine();
   await engine.load({ model_path: MODEL, n_ctx: LONG_CTX, n_slots: 1, n_threads: THREADS, max_batch: 512 }, (evs) => {
     for (const e of evs) {
+      if (e.type === "token" && !firstCpu.has(e.id)) firstCpu.set(e.id, cpuSeconds());
       if (e.type === "token") tokenTimes.get(e.id)?.push(performance.now());
       if (e.type === "done" || e.type === "error") waiters.get(e.id)?.(e);
     }
@@ -132,11 +143,15 @@ async function benchMashboxLong() {
   await run(Array.from(engine.tokenize(promptText(100), false, false)).slice(0, 64)); // page in the weights
   const out = [];
   for (const [k, n] of LONG.entries()) {
-    const { done, times } = await run(Array.from(engine.tokenize(longText(200 + k, n), false, false)).slice(0, n), LONG_DECODE + 1);
+    const prompt = Array.from(engine.tokenize(longText(200 + k, n), false, false)).slice(0, n);
+    const cpu0 = cpuSeconds();
+    const id = nextId;
+    const { done, times } = await run(prompt, LONG_DECODE + 1);
     if (done.type === "error") throw new Error(`mashbox long prefill ${n}: ${done.message}`);
     const decode = times.length > 1 ? rate(times.length - 1, times[times.length - 1] - times[0]) : 0;
-    out.push({ n, s: done.prompt_ms / 1000, rate: rate(n, done.prompt_ms), decode });
-    console.log(`  mashbox   prefill ${n}: ${(done.prompt_ms / 1000).toFixed(1)} s, ${rate(n, done.prompt_ms).toFixed(1)} tok/s; decode there ${decode.toFixed(1)} tok/s`);
+    const cpu = (firstCpu.get(id) ?? cpuSeconds()) - cpu0;
+    out.push({ n, s: done.prompt_ms / 1000, rate: rate(n, done.prompt_ms), decode, cpu });
+    console.log(`  mashbox   prefill ${n}: ${(done.prompt_ms / 1000).toFixed(1)} s, ${rate(n, done.prompt_ms).toFixed(1)} tok/s, ${cpu.toFixed(1)} CPU s; decode there ${decode.toFixed(1)} tok/s (load ${loadAvg()})`);
   }
   engine.close();
   return out;
@@ -154,8 +169,10 @@ async function benchLlamaLong() {
     await seq.clearHistory();
     const toks = model.tokenize(longText(200 + k, n)).slice(0, n);
     const t = performance.now();
+    const cpu0 = cpuSeconds();
     await seq.evaluateWithoutGeneratingNewTokens(toks);
     const ms = performance.now() - t;
+    const cpu = cpuSeconds() - cpu0;
     // decode at that depth: feed the prompt's last token again and generate after it
     let got = 0;
     let tFirst = 0;
@@ -164,8 +181,8 @@ async function benchLlamaLong() {
       if (got > LONG_DECODE) break;
     }
     const decode = got > 1 ? rate(got - 1, performance.now() - tFirst) : 0;
-    out.push({ n, s: ms / 1000, rate: rate(n, ms), decode });
-    console.log(`  llama.cpp prefill ${n}: ${(ms / 1000).toFixed(1)} s, ${rate(n, ms).toFixed(1)} tok/s; decode there ${decode.toFixed(1)} tok/s (flash attention ${LLAMA_FA})`);
+    out.push({ n, s: ms / 1000, rate: rate(n, ms), decode, cpu });
+    console.log(`  llama.cpp prefill ${n}: ${(ms / 1000).toFixed(1)} s, ${rate(n, ms).toFixed(1)} tok/s, ${cpu.toFixed(1)} CPU s; decode there ${decode.toFixed(1)} tok/s (flash attention ${LLAMA_FA}, load ${loadAvg()})`);
   }
   await ctx.dispose();
   await model.dispose();
