@@ -510,7 +510,8 @@ double now_s() {
 
 // Decode at batch B (one row per slot at depth `depth`) and prefill of `prefill` tokens per
 // sequence for B sequences; KV contents are whatever the cache holds (speed only).
-std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int depth, int& graph_captures) {
+std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int depth, int& graph_captures,
+                  std::string& graph_errors) {
   std::string out = "[";
   for (int B : a.batches) {
     if (B > g.S) continue;
@@ -537,14 +538,30 @@ std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int de
     // The same step as one CUDA graph: attention gets the cache's whole length as max_keys so the
     // launch shapes stay fixed while positions (device memory) move; only tokens/positions go up
     // and ids come down around each replay.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::string graph_error;
     cuda::check((int)cudaStreamBeginCapture(g.st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    g.step(B, g.C, true, B);
-    cuda::sample(g.logits.p, B, g.V, 40, 0.95f, 0.f, g.u.p, g.ids.p, g.st);
-    cuda::check((int)cudaStreamEndCapture(g.st, &graph), "cudaStreamEndCapture");
-    cuda::check((int)cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    graph_captures++;
+    try {
+      g.step(B, g.C, true, B);
+      cuda::sample(g.logits.p, B, g.V, 40, 0.95f, 0.f, g.u.p, g.ids.p, g.st);
+    } catch (const std::exception& e) {
+      graph_error = e.what();
+    }
+    const cudaError_t ec = cudaStreamEndCapture(g.st, &graph);  // always leave capture mode
+    if (graph_error.empty() && ec != cudaSuccess) graph_error = cudaGetErrorString(ec);
+    if (graph_error.empty()) {
+      const cudaError_t ei = cudaGraphInstantiate(&exec, graph, 0);
+      if (ei != cudaSuccess) graph_error = cudaGetErrorString(ei);
+    }
+    if (!graph_error.empty()) {
+      (void)cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      std::fprintf(stderr, "graph capture failed at batch %d: %s\n", B, graph_error.c_str());
+      graph_errors += (graph_errors.empty() ? "" : "; ") + graph_error;
+    } else {
+      graph_captures++;
+    }
     auto replay = [&](int it) {
       for (auto& p : pos) p = depth + it;
       put_rows(g, tok, pos, slot);
@@ -552,12 +569,15 @@ std::string bench(GpuQwen3& g, const ModelShape& s, const HarnessArgs& a, int de
       cuda::download(tok.data(), g.ids.p, B * sizeof(int32_t), g.st);
       cuda::sync(g.st);
     };
-    replay(0);
-    t0 = now_s();
-    for (int it = 0; it < a.iters; it++) replay(2 + it);
-    const double dt = (now_s() - t0) / a.iters;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    double dt = dt_eager;
+    if (exec) {
+      replay(0);
+      t0 = now_s();
+      for (int it = 0; it < a.iters; it++) replay(2 + it);
+      dt = (now_s() - t0) / a.iters;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
     const double kv_bytes = (double)B * s.L * 2.0 * s.Hk * s.Dh * 2.0 * (depth + 2 + a.iters / 2);
     const double bytes = (double)g.weight_bytes + kv_bytes;
     // prefill: B sequences of a.prefill tokens, chunks of at most Tm rows
@@ -651,40 +671,63 @@ int run_on_device(const HarnessArgs& a) {
     return 3;
   }
   j.str("device", dev.name).num("cc", dev.cc_major * 10 + dev.cc_minor).num("device_gib", dev.total_bytes / 1073741824.0);
+  cudaStream_t st;
   try {
-    cudaStream_t st;
     cuda::check((int)cudaStreamCreate(&st), "cudaStreamCreate");
-    Checks c;
+  } catch (const std::exception& e) {
+    std::printf("%s\n", j.str("status", "error").str("error", e.what()).done().c_str());
+    return 1;
+  }
+  Checks c;
+  std::string errors;
+  ModelShape s;
+  try {
+    s = shape_preset(a.shape, parse_type(a.wtype));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_harness: %s\n", e.what());
+    return 2;
+  }
+  // Each phase runs even when an earlier one threw (a bug in one kernel should not hide the
+  // others' results); a CUDA fault that poisons the context shows up in every later phase.
+  if (a.only.empty() || a.only == "checks") {
     const double t0 = now_s();
-    check_matmuls(c, st);
-    check_elementwise(c, st);
-    check_attention(c, st);
-    check_routing_and_sampling(c, st);
-    ModelShape s = shape_preset(a.shape, parse_type(a.wtype));
-    {
+    try {
+      check_matmuls(c, st);
+      check_elementwise(c, st);
+      check_attention(c, st);
+      check_routing_and_sampling(c, st);
+    } catch (const std::exception& e) {
+      c.add(std::string("kernel checks raised: ") + e.what(), false, NAN);
+    }
+    try {
       ModelShape ps = s;
       ps.L = std::min(a.parity_layers, s.L);
       const auto img = make_random_gguf(ps, a.seed, 0);
       check_logits(c, img, a.steps, st, j);
+    } catch (const std::exception& e) {
+      c.add(std::string("logit parity raised: ") + e.what(), false, NAN);
     }
-    const double t_checks = now_s() - t0;
-    j.raw("checks", c.list + "]").num("checks_failed", c.failed).num("checks_s", t_checks);
-    std::string results = "[]";
+    j.raw("checks", c.list + "]").num("checks_failed", c.failed).num("checks_s", now_s() - t0);
+  }
+  if (a.only.empty() || a.only == "bench") {
+    std::string results = "[]", graph_errors;
     int graph_captures = 0;
-    {
+    try {
       const double g0 = now_s();
       std::vector<uint8_t> img;
-      if (a.gguf.empty()) img = make_random_gguf(s, a.seed, 0);
-      std::unique_ptr<GgufFile> f;
-      std::unique_ptr<GgufFile> mapped;
-      if (!a.gguf.empty()) mapped = GgufFile::open(a.gguf);
+      std::unique_ptr<GgufFile> f, mapped;
       const uint8_t* base = nullptr;
       size_t size = 0;
-      if (mapped) {
-        // the tensors of a mapped file are contiguous from the first one's data on
+      if (!a.gguf.empty()) {
+        mapped = GgufFile::open(a.gguf);
+        // the tensors of a mapped file lie after the first one's data, 32-byte aligned
         base = mapped->tensors().front().data;
+        for (const auto& t : mapped->tensors()) {
+          base = std::min(base, t.data);
+        }
         for (const auto& t : mapped->tensors()) size = std::max(size, (size_t)(t.data + t.n_bytes - base));
       } else {
+        img = make_random_gguf(s, a.seed, 0);
         f = GgufFile::parse(img.data(), img.size());
         base = img.data();
         size = img.size();
@@ -696,17 +739,18 @@ int run_on_device(const HarnessArgs& a) {
       j.num("load_s", now_s() - g0).num("weight_bytes_per_step", (double)g.weight_bytes)
           .num("bound_ms_per_step_at_4_8_tb_s", g.weight_bytes / kH200Bandwidth * 1e3);
       j.raw("gemm", gemm_timing(g));
-      results = bench(g, s, a, depth, graph_captures);
+      results = bench(g, s, a, depth, graph_captures, graph_errors);
+    } catch (const std::exception& e) {
+      errors += std::string("bench: ") + e.what();
     }
     j.raw("bench", results).num("graph_captures", graph_captures);
-    j.str("status", c.failed ? "checks_failed" : "ok");
-    std::printf("%s\n", j.done().c_str());
-    cudaStreamDestroy(st);
-    return c.failed ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::printf("%s\n", j.str("status", "error").str("error", e.what()).done().c_str());
-    return 1;
+    if (!graph_errors.empty()) j.str("graph_errors", graph_errors);
   }
+  if (!errors.empty()) j.str("error", errors);
+  j.str("status", c.failed ? "checks_failed" : !errors.empty() ? "error" : "ok");
+  std::printf("%s\n", j.done().c_str());
+  cudaStreamDestroy(st);
+  return c.failed || !errors.empty() ? 1 : 0;
 }
 
 }  // namespace bench

@@ -4,6 +4,7 @@
 //   cuda_harness --selftest                 CPU-side checks only (ctest)
 //   cuda_harness [--shape qwen3-8b] [--wtype q4_k|bf16|...] [--gguf PATH] [--parity-layers N]
 //                [--steps N] [--prefill N] [--batches 1,8,32,64] [--iters N] [--seed N]
+//                [--only checks|bench]
 // Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments; 3 no usable CUDA device
 // (the JSON line says what the runtime reported); 4 this build has no CUDA (configure with
 // -DMB_CUDA=ON, npm run build:cuda).
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
       else if (k == "--batches") a.batches = parse_list(val());
       else if (k == "--iters") a.iters = std::atoi(val());
       else if (k == "--seed") a.seed = std::strtoull(val(), nullptr, 10);
+      else if (k == "--only") a.only = val();
       else throw std::invalid_argument("unknown argument " + k);
     }
   } catch (const std::exception& e) {

@@ -16,6 +16,7 @@ struct HarnessArgs {
   std::vector<int> batches{1, 8, 32, 64};
   int iters = 10;                    // timed decode steps per batch size
   unsigned long long seed = 1;
+  std::string only;                  // "checks" or "bench": run that phase alone
 };
 
 // CPU-only checks of the harness's own parts; returns failures (0 = pass). Prints one line each.

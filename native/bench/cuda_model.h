@@ -17,8 +17,8 @@ namespace bench {
 
 struct ModelShape {
   std::string name;
-  int L, D, H, Hk, Dh, F, V;
-  GgmlType wtype;  // every matrix; norms are F32
+  int L = 0, D = 0, H = 0, Hk = 0, Dh = 0, F = 0, V = 0;
+  GgmlType wtype = GgmlType::F32;  // every matrix; norms are F32
 };
 // "qwen3-8b" (36 x 4096, 32/8 heads of 128, F 12288, V 151936), "qwen3-tiny" (2 x 256, 4/2 heads
 // of 64, F 512, V 1024), with the weight type given. Throws for an unknown name.
