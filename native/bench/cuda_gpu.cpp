@@ -500,7 +500,9 @@ void check_logits(Checks& c, const std::vector<uint8_t>& img, int steps, cudaStr
   // percent of logit distance over several layers is that rounding, not a bug (a layout or
   // indexing bug gives ~100%).
   c.add("logits vs CPU backend, worst step rel L2", worst <= 0.05, worst);
-  c.add("logits vs CPU backend, argmax agreement", agree_frac >= 0.9, agree_frac);
+  // Random logits over ~150k entries sit close at the top (the top-two gap is ~0.2 rms), so a
+  // percent of rounding noise flips some argmaxes; a layout bug agrees on next to none.
+  c.add("logits vs CPU backend, argmax agreement", agree_frac >= 0.75, agree_frac);
   j.num("parity_steps", steps).num("parity_worst_rel_l2", worst).num("parity_argmax_agree", agree_frac);
 }
 
