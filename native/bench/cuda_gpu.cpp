@@ -114,6 +114,32 @@ void check_matmuls(Checks& c, cudaStream_t st) {
             worst <= tol, worst);
     }
     {
+      // ffn_down (K = 512, N = 256): few output tiles, so gemm_f16 splits K and adds the parts
+      const GgufTensor* wd = f->tensor("blk.0.ffn_down.weight");
+      const int64_t Kd = wd->ne[0], Nd = wd->ne[1];
+      Dev<uint8_t> dwd(wd->n_bytes);
+      cuda::upload(dwd.p, wd->data, wd->n_bytes, st);
+      std::vector<float> wdf((size_t)Kd * Nd);
+      for (int64_t n = 0; n < Nd; n++) kq::ref::dequantize(t, wd->data + n * ggml_row_bytes(t, Kd), &wdf[n * Kd], Kd);
+      const int T = 40;
+      const auto x = random_floats((size_t)T * Kd, 41, 1.f);
+      Dev<float> dx(x.size()), dy((size_t)T * Nd);
+      dx.put(x, st);
+      cuda::gemm_f16(QMatrix{t, Kd, Nd, dwd.p}, dx.p, dy.p, T, st);
+      const auto y = dy.get((size_t)T * Nd, st);
+      double worst = 0;
+      for (int tt = 0; tt < T; tt++)
+        for (int64_t n = 0; n < Nd; n++) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < Kd; k++) {
+            ref += (double)wdf[n * Kd + k] * x[tt * Kd + k];
+            mag += std::fabs((double)wdf[n * Kd + k] * x[tt * Kd + k]);
+          }
+          worst = std::max(worst, std::fabs(y[tt * Nd + n] - ref) / (mag + 1e-20));
+        }
+      c.add(std::string("gemm_f16 split-K ") + ggml_type_name(t) + " T=40", worst <= 2e-3, worst);
+    }
+    {
       // W as E = 4 experts of N / 4 rows; 3 tokens, 2 experts each
       const int E = 4, Ek = 2, Tt = 3, P = Tt * Ek;
       const int64_t Ne = N / E;
