@@ -103,6 +103,13 @@ void certify_elementwise(Gate& g, const KernelTable& kt) {
     if (!close_rel(a, b, 1e-4)) { std::snprintf(msg, sizeof msg, "%s silu_mul", kt.name); g.fail(msg); }
   }
   {
+    auto a = g.floats(n, -12, 12), up = g.floats(n, -2, 2);  // both clamps and the f16 table
+    auto b = a;
+    kt.gelu_mul(a.data(), up.data(), n);
+    rt.gelu_mul(b.data(), up.data(), n);
+    if (a != b) { std::snprintf(msg, sizeof msg, "%s gelu_mul", kt.name); g.fail(msg); }
+  }
+  {
     auto x = g.floats(n, -70000, 70000);  // past f16's range: the overflow rounding too
     std::vector<uint16_t> a(n), b(n);
     kt.to_f16(x.data(), a.data(), n);
