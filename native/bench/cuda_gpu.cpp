@@ -90,7 +90,7 @@ void check_matmuls(Checks& c, cudaStream_t st) {
     const QMatrix W{t, K, N, dw.p};
     std::vector<float> wf((size_t)K * N);
     for (int64_t n = 0; n < N; n++) kq::ref::dequantize(t, w->data + n * ggml_row_bytes(t, K), &wf[n * K], K);
-    for (int T : {1, 3, 8, 70}) {
+    for (int T : {1, 2, 3, 8, 70}) {
       const auto x = random_floats((size_t)T * K, 5 + T, 1.f);
       Dev<float> dx(x.size()), dy((size_t)T * N);
       dx.put(x, st);
