@@ -375,10 +375,20 @@ struct GpuQwen3 {
   std::vector<Layer> layers;
   QMatrix tok_embd, output;
   const float* out_norm;
-  std::vector<Dev<uint16_t>> kc, vc;               // [L] of [S][Hk][C][Dh]
-  Dev<float> x, xn, q, k, v, att, y, gate, up, last, logits, part;
-  Dev<int32_t> tok, pos, slot, ids;
-  Dev<float> u;
+  std::vector<Dev<uint16_t>> kc, vc;  // [L] of [S][Hk][C][Dh] f16
+  Dev<float> x;        // [Tm, D] residual stream
+  Dev<float> xn;       // [Tm, D] normed input of a sublayer
+  Dev<float> q;        // [Tm, H*Dh]
+  Dev<float> k, v;     // [Tm, Hk*Dh]
+  Dev<float> att;      // [Tm, H*Dh] attention output before wo
+  Dev<float> y;        // [Tm, D] sublayer output before the residual add
+  Dev<float> gate, up; // [Tm, F]
+  Dev<float> last;     // [<= S, D] normed rows whose logits are wanted
+  Dev<float> logits;   // [S, V]
+  Dev<float> part;     // split-K attention partials, attention_decode_scratch_floats(S, H, Dh, C)
+  Dev<int32_t> tok, pos, slot;  // [Tm] this step's rows
+  Dev<int32_t> ids;    // [Tm] sampled tokens
+  Dev<float> u;        // [Tm] uniform draws for sampling
   cudaStream_t st;
   size_t weight_bytes = 0;
   std::unique_ptr<cuda::CublasHandle> blas;  // F16/BF16 weights, batched rows

@@ -19,7 +19,7 @@ DeviceInfo probe_device() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     info.error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-    (void)cudaGetLastError();  // clear the sticky-free error so later probes start clean
+    (void)cudaGetLastError();  // not a sticky error: clear it so later calls start clean
     return info;
   }
   info.count = n;
