@@ -193,7 +193,7 @@ function parseJson(s) {
 
 /** Streams one request; returns TTFT (first generated token of any kind), the answer and the cache counts. */
 function send(base, req) {
-  return new Promise((resolveReq, reject) => {
+  return new Promise((resolveReq) => {
     const url = new URL(req.path, base);
     const payload = JSON.stringify(req.body);
     const t0 = performance.now();
@@ -201,7 +201,10 @@ function send(base, req) {
       url,
       {
         method: "POST",
-        headers: { "content-type": "application/json", accept: "text/event-stream", "anthropic-version": "2023-06-01", "content-length": Buffer.byteLength(payload) },
+        // One connection a request: llama-server's small HTTP thread pool stalls behind idle
+        // kept-alive sockets, and a reused socket it has closed fails as "socket hang up".
+        agent: false,
+        headers: { connection: "close", "content-type": "application/json", accept: "text/event-stream", "anthropic-version": "2023-06-01", "content-length": Buffer.byteLength(payload) },
       },
       (res) => {
         let buf = "";
@@ -282,10 +285,11 @@ function send(base, req) {
           Object.assign(out, counts(req.dialect, out));
           resolveReq(out);
         });
-        res.on("error", reject);
+        res.on("error", (e) => resolveReq({ ...failed(e), status: res.statusCode }));
       },
     );
-    r.on("error", reject);
+    const failed = (e) => ({ status: null, ttft_ms: null, text: "", tool_calls: [], error: e.message, e2e_ms: performance.now() - t0, cached: null, computed: null });
+    r.on("error", (e) => resolveReq(failed(e)));
     r.end(payload);
   });
 }
