@@ -450,6 +450,8 @@ async function main() {
     `agents ${AGENTS.join(",")}: ${SESSIONS} sessions x ${TURNS} turns, start ${o.start}; --slots ${SLOTS} --ctx ${CTX} --cache-ram ${o["cache-ram"]} MiB, ${o.threads} threads, ` +
       `max ${MAX_TOKENS} generated tokens a turn${MAX_PROMPT ? `, first prompts trimmed to ~${MAX_PROMPT} tokens` : ""}; model ${o.model}`,
   );
+  if (SERVERS.includes("llama") && !o["llama-url"] && !(o["llama-server"] && existsSync(o["llama-server"])))
+    throw new Error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (build-llama-peer.sh builds it), --llama-url URL, or --servers mashbox");
   const report = { config: { ...o }, servers: {} };
   let port = 18900 + (process.pid % 500);
   for (const name of SERVERS) {
