@@ -25,6 +25,9 @@
 // small machine short; the measured prompt sizes are printed. mashbox runs from src/ through tsx
 // (MASHBOX_NATIVE_ADDON picks the addon); llama-server is built by build-llama-peer.sh. The servers
 // run one after the other, never together, and `uptime`'s load is printed around each.
+// The two servers render prompts with their own templates: llama-server's rendering of SmolLM2's
+// template leaves the tools out, so its prompts are about half as long as mashbox's (compare the
+// computed + cached columns) and the TTFT ratios are conservative for mashbox.
 import { spawn, execSync } from "node:child_process";
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { request as httpRequest } from "node:http";
