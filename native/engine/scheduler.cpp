@@ -38,6 +38,15 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
   // Every sequence needs room for at least its decode token in a step.
   opts_.max_batch = std::max(opts_.max_batch, opts_.n_slots);
   n_vocab_ = model_->config().n_vocab;
+  {
+    // Multiply-adds per token: the projections and the FFN (the routed experts on MoE models),
+    // against 2 per head dim per cached position for QK and PV.
+    const ModelConfig& c = model_->config();
+    const double q = double(c.n_head) * c.head_dim, kv = double(c.n_head_kv) * c.head_dim;
+    const double ffn = 3.0 * c.n_embd * c.n_ff * std::max(1, c.n_expert_used);
+    const double matmul = c.n_embd * (2 * q + 2 * kv) + ffn;
+    if (q > 0 && matmul > 0) attention_depth_unit_ = matmul / (2 * q);
+  }
   slots_.resize(opts_.n_slots);
   // Only the last prompt token or the decode token of a sequence wants logits: one row per slot.
   logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
@@ -362,11 +371,28 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       s->pending = -1;
     }
   int budget = opts_.max_batch - int(b.token.size());
+  // With decode tokens aboard, the step's length is their latency: prefill rides along only up
+  // to the cost of a quarter batch at depth 0. A prompt token at depth d costs 1 + d/unit, so
+  // deep in a 20k-token prompt a chunk shrinks to tens of tokens, and a concurrent stream keeps
+  // getting tokens every fraction of a second instead of one per multi-second 512-token chunk.
+  // (Attention cost is per token, so the prefill loses little; alone, it runs full batches.)
+  const bool decoding = !b.token.empty();
+  double cost_left = opts_.max_batch / 4.0;
   for (auto& s : running_) {
     if (budget <= 0) break;
     const auto& p = s->req.prompt;
     if (s->prompt_done >= p.size() || s->n_gen > 0) continue;
-    const size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
+    size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
+    if (decoding) {
+      if (cost_left <= 0) break;
+      const size_t pos0 = slots_[s->slot].cached.size();
+      size_t fit = 0;
+      while (fit < k && cost_left > 0) {
+        cost_left -= attention_depth_unit_ > 0 ? 1.0 + double(pos0 + fit) / attention_depth_unit_ : 1.0;
+        fit++;
+      }
+      k = fit;
+    }
     for (size_t i = 0; i < k; i++) {
       const size_t j = s->prompt_done + i;
       push(*s, p[j], j + 1 == p.size());

@@ -125,6 +125,9 @@ class Scheduler {
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tok_;
   SchedulerOptions opts_;
+  // Depth at which one prompt token's attention costs as much as its matmuls (0 = unknown).
+  // Prefill chunks that share a step with decode tokens are sized by this cost, not by count.
+  double attention_depth_unit_ = 0;
   Sink sink_;
   int n_vocab_ = 0;
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../model/model.h"
@@ -44,6 +45,17 @@ class FakeModel : public Model {
       }
     }
     max_batch_seen = std::max(max_batch_seen, b.token.size());
+    if (step_sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_sleep_us));
+    {
+      std::lock_guard<std::mutex> lk(steps_mu);
+      std::map<int, std::pair<int, int>> per_slot;  // slot -> (tokens, first position)
+      for (size_t t = 0; t < b.token.size(); t++) {
+        auto it = per_slot.find(b.slot[t]);
+        if (it == per_slot.end()) per_slot[b.slot[t]] = {1, b.pos[t]};
+        else it->second.first++;
+      }
+      steps_seen.push_back(per_slot);
+    }
     size_t r = 0;
     for (size_t t = 0; t < b.token.size(); t++) {
       auto& kv = kv_[b.slot[t]];
@@ -83,6 +95,12 @@ class FakeModel : public Model {
   std::atomic<bool> fail_on_shared_batch{false};  // throw once, from a batch of two sequences
   size_t max_batch_seen = 0;
   size_t tokens_forwarded = 0;
+  int step_sleep_us = 0;  // a step that takes time, so a decoding stream is still running later
+  std::mutex steps_mu;
+  std::vector<std::map<int, std::pair<int, int>>> steps_seen;  // per forward: slot -> (tokens, first pos)
+  // Dimensions for the scheduler's cost model: D 64, 4 heads of 16, FF 128 -> a prompt token's
+  // attention matches its matmuls at depth 40960 / 128 = 320.
+  void give_dims() { cfg_.n_embd = 64; cfg_.n_head = 4; cfg_.n_head_kv = 4; cfg_.head_dim = 16; cfg_.n_ff = 128; cfg_.n_layer = 1; }
  private:
   ModelConfig cfg_;
   std::vector<std::vector<int32_t>> kv_;
@@ -389,6 +407,43 @@ int main() {
     CHECK(s.stats().host_cache.saved_tokens - saved_before >= 150);
     s.cancel(4);
     c.wait(4);
+    CHECK_EQ(fm->bad_pos, 0);
+  }
+  {  // a long prefill beside a decoding stream: chunks sized by cost, so the stream is not starved
+    auto model = std::make_unique<FakeModel>(2);
+    FakeModel* fm = model.get();
+    fm->give_dims();
+    fm->step_sleep_us = 1000;
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {2, 4096, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    s.submit(req(1, make_prompt(5, 1), 600));
+    for (int i = 0; i < 2000 && c.tokens_of(1) < 1; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto long_prompt = make_prompt(3000, 2);
+    s.submit(req(2, long_prompt, 3));
+    Result r2 = c.wait(2);
+    Result r1 = c.wait(1);
+    CHECK(r2.tokens == expected(long_prompt, 3));
+    CHECK(r1.tokens == expected(make_prompt(5, 1), 600));
+    int long_slot = -1;  // the slot that ever took more than one token in a step
+    for (const auto& st : fm->steps_seen)
+      for (const auto& [slot, tp] : st)
+        if (tp.first > 1) long_slot = slot;
+    CHECK(long_slot >= 0);
+    int shared = 0, deep = 0;
+    for (const auto& st : fm->steps_seen) {
+      auto it = st.find(long_slot);
+      if (it == st.end() || it->second.second >= 3000) continue;  // not a prefill step of the long prompt
+      const int n = it->second.first, pos0 = it->second.second;
+      if (st.size() == 2) {
+        shared++;
+        double cost = 0;
+        for (int j = 0; j < n; j++) cost += 1.0 + double(pos0 + j) / 320.0;
+        CHECK(cost < 128.0 + 1.0 + double(pos0 + n) / 320.0);  // the quarter-batch budget, give or take the last token
+        if (pos0 > 2500) { deep++; CHECK(n <= 16); }
+      }
+    }
+    CHECK(shared > 10);
+    CHECK(deep > 0);
     CHECK_EQ(fm->bad_pos, 0);
   }
   TEST_MAIN_END();
