@@ -256,6 +256,7 @@ void run_n(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed
 // rows, with gemm_pairs' per-lane operations in its order (lane r of a 4-float vector = row r):
 // each (row, token) block sum is vpdpbusd over the block's 8 lanes, folded to one integer (exact),
 // then scale = d_w * d_x, acc = fma(scale, float(sum), acc), msum = fma(m_w, s_x, msum).
+constexpr int kPrefetchBlocks = 8;
 template <GgmlType WT, int NR, int NT>
 void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, size_t ldy) {
   using P = Pair<WT>;
@@ -274,6 +275,10 @@ void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       const W& b = ((const W*)(w + r * ws))[i];
+      // a decode step streams the weights from memory, and this loop's long chain per block keeps
+      // too few loads in flight for the hardware prefetcher alone (measured: half AVX2's rate on
+      // the 49152-row output matrix without it); prefetching never faults past the row's end
+      _mm_prefetch((const char*)(&b + kPrefetchBlocks), _MM_HINT_T0);
       wv[r] = P::row(b);
       uint16_t h;
       std::memcpy(&h, &b, 2);
@@ -305,7 +310,10 @@ void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_
       __m256i s[4];
 #pragma GCC unroll 4
       for (int r = 0; r < 4; r++) s[r] = r < NR ? _mm256_dpbusd_epi32(start, wv[r], xv) : _mm256_setzero_si256();
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      // lane r of sum = the 8 lanes of s[r] added (exact): two rounds of unpack + add, then halves
+      const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
+      const __m256i t23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
+      const __m256i h = _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
       const __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
       half hd;
       std::memcpy(&hd, &xb.d, 2);
