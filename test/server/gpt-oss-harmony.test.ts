@@ -112,6 +112,10 @@ describe("gpt-oss harmony output through each dialect (scripted fixture)", funct
       expect(j.output[1].content[0].type).to.equal("output_text");
       expect(j.output[1].content[0].text).to.equal(FINAL);
       expect(j.status).to.equal("completed");
+      // the analysis tokens are counted as reasoning, the final answer's are not
+      const u = j.usage;
+      expect(u.output_tokens_details.reasoning_tokens, JSON.stringify(u)).to.be.greaterThan(0);
+      expect(u.output_tokens_details.reasoning_tokens).to.be.lessThan(u.output_tokens);
       expectNoTags(j);
     });
 
