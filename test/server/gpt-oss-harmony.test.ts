@@ -294,6 +294,44 @@ describe("gpt-oss harmony output through each dialect (scripted fixture)", funct
     }
   });
 
+  it("the call's result sent back renders through the harmony template and the answer follows (chat, messages)", async () => {
+    const answer = "It is sunny in Paris.";
+    const script = `<|channel|>final<|message|>${answer}`;
+    const chat = await post(
+      "/v1/chat/completions",
+      {
+        tools: CHAT_TOOLS,
+        max_tokens: 100,
+        messages: [
+          { role: "user", content: "Weather in Paris?" },
+          { role: "assistant", content: null, reasoning_content: ANALYSIS, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: ARGS } }] },
+          { role: "tool", tool_call_id: "call_1", content: '{"sky":"sunny"}' },
+        ],
+      },
+      script,
+    );
+    const cj = (await chat.json()) as Record<string, any>;
+    expect(cj.choices[0].message.content).to.equal(answer);
+    expect(cj.choices[0].message.reasoning_content).to.equal(undefined);
+    expect(cj.choices[0].finish_reason).to.equal("stop");
+    const msg = await post(
+      "/v1/messages",
+      {
+        tools: MESSAGES_TOOLS,
+        max_tokens: 100,
+        messages: [
+          { role: "user", content: "Weather in Paris?" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: '{"sky":"sunny"}' }] },
+        ],
+      },
+      script,
+    );
+    const mj = (await msg.json()) as Record<string, any>;
+    expect(mj.content).to.deep.equal([{ type: "text", text: answer }]);
+    expect(mj.stop_reason).to.equal("end_turn");
+  });
+
   it("a call to a function that was not offered comes back as text, without harmony tags", async () => {
     const r = await post(
       "/v1/chat/completions",
