@@ -446,8 +446,6 @@ static void test_rope() {
       for (int i = 32; i < Dh; i++) if (y[h * Dh + i] != x[h * Dh + i]) bad++;  // beyond rope_dim untouched
     CHECK(bad == 0, "rope neox=%d: %d bad", neox, bad);
   }
-}
-
   // LongRoPE factors divide each pair's angle: factor 2 everywhere at position 34 is position 17
   // (halving and doubling are exact), factors of 1 change nothing, and attn_factor scales the
   // rotated dims only
@@ -469,6 +467,8 @@ static void test_rope() {
       }
     CHECK(bad == 0, "rope attn_factor must scale the rotated dims only (neox=%d): %d bad", neox, bad);
   }
+}
+
 // The 8-token GEMM must give the bits of the same table's tile and dot kernels for every token
 // computed alone, whatever the group split (full groups, a short last group, leftovers below
 // kGemm8MinTokens, steps of one to kGemm8MaxGroups groups, odd row counts) and thread count.
