@@ -33,8 +33,14 @@ export function toolSchemaError(tools: string[], reason: string): ApiError {
   return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a forced tool call: ${reason}.`, { param: "tools" });
 }
 
-/** The tool a forced call's text names and its arguments so far; null before the name is whole. */
+/**
+ * The tool a forced call's text names and its arguments so far; null before the name is whole.
+ * Two call shapes: the JSON object most templates use, and harmony's call message (gpt-oss),
+ * whose tags must not reach the client in an error either.
+ */
 export function callSoFar(text: string): { tool: string; args: string } | null {
+  const harmony = /to=functions\.([^\s<]+) ?<\|constrain\|>json<\|message\|>([\s\S]*)$/.exec(text);
+  if (harmony) return { tool: harmony[1], args: harmony[2] };
   const m = /\{"name": ("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
   if (!m) return null;
   try {
