@@ -1,6 +1,6 @@
 // Engine-facing model interface. Each architecture's whole forward pass is written out in one
 // file: model_llama.cpp (llama, and qwen2 whose graph is the same), model_qwen3.cpp,
-// model_qwen3moe.cpp, model_phi3.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
+// model_qwen3moe.cpp, model_phi3.cpp, model_gemma3.cpp, model_gptoss.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
 // the GGUF for them.
 //
 // Dimension legend used in every model file:

@@ -187,13 +187,14 @@ class GptOss final : public Transformer {
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
     embed(c, x_);                                           // x [T, D]
+    // Every layer rotates by the same YaRN angles: computed once per chunk (a pow, cos, sin a pair).
+    par_for(T, [&](int t) { yarn_.angles(c.pos[t], cfg_.rope_dim, &angles_[(size_t)t * cfg_.rope_dim]); });
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
       project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
       par_for(T, [&](int t) {
-        float* cs = &angles_[(size_t)t * cfg_.rope_dim];    // [Dh/2][cos, sin]
-        yarn_.angles(c.pos[t], cfg_.rope_dim, cs);
+        const float* cs = &angles_[(size_t)t * cfg_.rope_dim];  // [Dh/2][cos, sin]
         rope_neox_with(q_row(t), H_, Dh_, cfg_.rope_dim, cs);
         rope_neox_with(k_row(t), Hk_, Dh_, cfg_.rope_dim, cs);
         store_kv(il, c, t);
@@ -280,6 +281,7 @@ class GptOss final : public Transformer {
         std::copy_n(&xn_[(size_t)(members_[i] / Ek_) * D_], D_, &xe_[(size_t)i * D_]);  // xe [n, D]
       matmul(l.up.expert(e), xe_.data(), up_.data(), n, pool_, &scratch_);      // up [n, F]
       matmul(l.gate.expert(e), xe_.data(), gate_.data(), n, pool_, &scratch_);  // gate [n, F]
+      count_routed_expert();  // Health's routed_experts reports the routed call sites that ran
       const float* bu = &l.up_b[(size_t)e * F_];
       const float* bg = &l.gate_b[(size_t)e * F_];
       par_for(n, [&](int i) {

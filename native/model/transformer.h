@@ -66,6 +66,8 @@ class Transformer : public Model {
   virtual void forward_chunk(const Chunk& c, float* logits) = 0;
 
   int slot_len(int slot) const { return slot_len_[slot]; }  // positions [0, len) of the slot hold K/V
+  // For architectures with their own expert loop: one routed expert's gate, up and down ran.
+  void count_routed_expert() { gate_exps_calls_++; up_exps_calls_++; down_exps_calls_++; }
 
   // ---- helpers for forward_chunk; "rows" means the T rows of a [T, D] buffer ----
   // Runs fn(i) for i in [0, n) over the pool, strided so neighbouring items land on different threads.

@@ -137,7 +137,7 @@ describe("Health identity fields", function () {
     }
   });
 
-  it("routed_experts: null on a dense model, on qwen3moe the exact path and the sites that ran, counted", async () => {
+  it("routed_experts: null on a dense model, on qwen3moe and gpt-oss the exact path and the sites that ran, counted", async () => {
     const chat = (url: string) =>
       postJson(url + "/v1/chat/completions", { messages: [{ role: "user", content: "Hi" }], max_tokens: 3 });
     const dense = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
@@ -147,24 +147,26 @@ describe("Health identity fields", function () {
     } finally {
       await dense.close();
     }
-    const moe = await startTestServer({ model_path: "test/fixtures/qwen3moe-q8_0.gguf", slots: 1, ctx: 128 });
-    try {
-      const before = await health(moe.url);
-      expect(before.certification).to.equal("passed");
-      expect(before.routed_experts, "before any routed call").to.equal(null);
-      expect((await chat(moe.url)).status).to.equal(200);
-      const first = (await health(moe.url)).routed_experts as { path: string; kernel: unknown; sites: { exact: Record<string, number> }; exact_why: string };
-      expect(first.path).to.equal("exact");
-      expect(first.kernel).to.equal(null);
-      expect(first.exact_why).to.be.a("string").and.not.equal("");
-      expect(Object.keys(first.sites)).to.deep.equal(["exact"]);
-      expect(Object.keys(first.sites.exact).sort()).to.deep.equal(["ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"]);
-      for (const n of Object.values(first.sites.exact)) expect(n).to.be.greaterThan(0);
-      expect((await chat(moe.url)).status).to.equal(200);
-      const second = (await health(moe.url)).routed_experts as typeof first;
-      for (const [site, n] of Object.entries(second.sites.exact)) expect(n, site).to.be.greaterThan(first.sites.exact[site]);
-    } finally {
-      await moe.close();
+    for (const fixture of ["test/fixtures/qwen3moe-q8_0.gguf", "test/fixtures/gpt-oss-mxfp4.gguf"]) {
+      const moe = await startTestServer({ model_path: fixture, slots: 1, ctx: 128 });
+      try {
+        const before = await health(moe.url);
+        expect(before.certification).to.equal("passed");
+        expect(before.routed_experts, "before any routed call").to.equal(null);
+        expect((await chat(moe.url)).status).to.equal(200);
+        const first = (await health(moe.url)).routed_experts as { path: string; kernel: unknown; sites: { exact: Record<string, number> }; exact_why: string };
+        expect(first.path).to.equal("exact");
+        expect(first.kernel).to.equal(null);
+        expect(first.exact_why).to.be.a("string").and.not.equal("");
+        expect(Object.keys(first.sites)).to.deep.equal(["exact"]);
+        expect(Object.keys(first.sites.exact).sort()).to.deep.equal(["ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"]);
+        for (const n of Object.values(first.sites.exact)) expect(n).to.be.greaterThan(0);
+        expect((await chat(moe.url)).status).to.equal(200);
+        const second = (await health(moe.url)).routed_experts as typeof first;
+        for (const [site, n] of Object.entries(second.sites.exact)) expect(n, site).to.be.greaterThan(first.sites.exact[site]);
+      } finally {
+        await moe.close();
+      }
     }
   });
 });
