@@ -9,6 +9,7 @@ import { HarmonyParser, isHarmonyTemplate } from "../../src/chat/harmony.js";
 import { renderChatPromptParts } from "../../src/chat/template.js";
 import { toolCallGrammar } from "../../src/chat/tool-grammar.js";
 import type { ChatPrompt, GenerationEvent, ToolSpec } from "../../src/engine/types.js";
+import { merged } from "../helpers/events.js";
 
 const TEMPLATE = readFileSync(new URL("./fixtures/gpt-oss.jinja", import.meta.url), "utf8");
 const TOOLS: ToolSpec[] = [
@@ -25,17 +26,6 @@ function run(chunks: string[], tools: ToolSpec[] = TOOLS): GenerationEvent[] {
   return out;
 }
 
-/** Same events up to chunking: adjacent text/thinking runs and a call's deltas concatenated. */
-function merged(events: GenerationEvent[]): GenerationEvent[] {
-  const out: GenerationEvent[] = [];
-  for (const e of events) {
-    const last = out[out.length - 1];
-    if (last && (e.type === "text" || e.type === "thinking") && last.type === e.type) last.text += e.text;
-    else if (last && e.type === "tool_call_delta" && last.type === "tool_call_delta" && last.index === e.index) last.arguments += e.arguments;
-    else out.push({ ...e });
-  }
-  return out;
-}
 
 /** Every split into two or three pieces, one character at a time, and random ones. */
 function* splits(s: string): Generator<string[]> {

@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { OutputParser } from "../../src/chat/parser.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
+import { merged } from "../helpers/events.js";
 
 const TOOLS: ToolSpec[] = [
   { name: "get_weather", kind: "function", parameters: { type: "object", properties: { city: { type: "string" } } } },
@@ -23,17 +24,6 @@ function run(chunks: string[], opts: { tools?: ToolSpec[]; thinking?: boolean } 
 
 // A partial tag leaking into text would show up as an extra text run here, so equality with the
 // one-chunk result is also the "never a partial tag" check.
-/** Same events up to chunking: adjacent text/thinking runs and a call's deltas are concatenated. */
-function merged(events: GenerationEvent[]): GenerationEvent[] {
-  const out: GenerationEvent[] = [];
-  for (const e of events) {
-    const last = out[out.length - 1];
-    if (last && (e.type === "text" || e.type === "thinking") && last.type === e.type) last.text += e.text;
-    else if (last && e.type === "tool_call_delta" && last.type === "tool_call_delta" && last.index === e.index) last.arguments += e.arguments;
-    else out.push({ ...e });
-  }
-  return out;
-}
 
 /** Every split of `s` into at most three chunks, every single-character split, and random ones. */
 function* splits(s: string, random = 200): Generator<string[]> {
