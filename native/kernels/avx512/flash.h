@@ -208,21 +208,45 @@ inline void scores_direct(const Call& c, int r0, int nk8) {
   }
 }
 
+// Horizontal reductions of up to 8 rows at once: lane x of the result is op over the 16 lanes of
+// v[x] (lanes 8..15 of the result are don't-care). Every row goes through the same tree whichever
+// slot it holds (lanes i + 8, then i + 4, then i + 2, then i + 1: the order of
+// _mm512_reduce_add_ps), so a row's sum has the same bits alone, in any group, in any slot; and
+// the 8 reductions overlap instead of running one after another.
+template <class Op>
+inline __m512 reduce8(const __m512 v[8], Op op) {
+  __m512 w[4];
+  for (int i = 0; i < 4; i++)  // [row 2i lanes 0-7 (+8), row 2i+1 lanes 0-7 (+8)]
+    w[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  __m512 x[2];
+  for (int i = 0; i < 2; i++)  // 128-bit block k: row 4i + k, lanes 0-3 (+4)
+    x[i] = op(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88), _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+  // block k: [row k, row k] [row k + 4, row k + 4] (lanes 0-1 (+2))
+  const __m512 y = op(_mm512_shuffle_ps(x[0], x[1], 0x44), _mm512_shuffle_ps(x[0], x[1], 0xEE));
+  const __m512 z = op(y, _mm512_permute_ps(y, 0xB1));  // block k: row k at lane 0, row k + 4 at lane 2
+  const __m512i rows = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(rows, z);
+}
+
 // The online softmax of rows r0 .. r0 + RM - 1 over the block from their raw sums in pb (valid
 // for key vectors [0, nkv)); pb row x gets p for keys [0, Bk) (0 past the row's position),
 // alpha[x] the row's rescale factor. Only a block that reaches past a row's position masks it
-// (at depth almost none do), and the rows' rescale factors come from one exp16 for all of them:
-// the same lane operations as a mask and an exp per row, so the same bits.
+// (at depth almost none do). The group's maxima, sums and rescale factors are reduced together
+// (reduce8) so the rows' dependency chains overlap: the same lane operations as one row at a
+// time, so the same bits.
 template <int RM>
 inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
-  static_assert(RM <= 16, "one exp16 holds the rows' rescale factors");
+  static_assert(RM <= 8, "reduce8 holds the group's rows");
   const __m512 sc = _mm512_set1_ps(c.scale), ninf = _mm512_set1_ps(-INFINITY);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  alignas(64) float shift[16] = {0};  // m - m' per row
-  float sums[RM];
-#pragma GCC unroll 1
+  const __mmask16 live = (__mmask16)((1u << RM) - 1);
+  __m512 red[8];
+#pragma GCC unroll 8
+  for (int x = 0; x < 8; x++) red[x] = ninf;
+  // 1. scaled (and masked) scores back into pb; each row's block max
+#pragma GCC unroll 8
   for (int x = 0; x < RM; x++) {
-    const int r = r0 + x, last = c.p0 + r / c.G - c.k0;  // the row's own key, as an index in the block
+    const int last = c.p0 + (r0 + x) / c.G - c.k0;  // the row's own key, as an index in the block
     float* pr = c.pb + (size_t)x * Bk;
     __m512 s[4];
     if (nkv == 4 && last >= Bk - 1) {
@@ -234,25 +258,37 @@ inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
         s[y] = y < nkv ? _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc), past, ninf) : ninf;
       }
     }
-    const float mold = c.m[r];
-    const float mnew =
-        std::fmax(mold, _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]))));
-    const __m512 vm = _mm512_set1_ps(mnew);
-    shift[x] = mold - mnew;  // -inf at the row's first block: its factor is 0
-    for (int y = 0; y < 4; y++) {
-      s[y] = exp16(_mm512_sub_ps(s[y], vm));
-      _mm512_store_ps(pr + 16 * y, s[y]);
-    }
-    sums[x] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
-    c.m[r] = mnew;
+    for (int y = 0; y < 4; y++) _mm512_store_ps(pr + 16 * y, s[y]);
+    red[x] = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
   }
-  alignas(64) float a[16];
-  _mm512_store_ps(a, exp16(_mm512_load_ps(shift)));
+  // 2. new running maxima (-inf before a row's first block: its factor exp(-inf) is 0)
+  const __m512 mold = _mm512_mask_loadu_ps(ninf, live, c.m + r0);
+  const __m512 mnew = _mm512_max_ps(reduce8(red, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); }), mold);
+  _mm512_mask_storeu_ps(c.m + r0, live, mnew);
+  alignas(64) float mrow[16];
+  _mm512_store_ps(mrow, mnew);
+  // 3. p = exp(s - m'), each row's block sum
+#pragma GCC unroll 8
+  for (int x = 0; x < 8; x++) red[x] = _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int x = 0; x < RM; x++) {
-    c.l[r0 + x] = std::fma(c.l[r0 + x], a[x], sums[x]);
-    alpha[x] = a[x];
+    float* pr = c.pb + (size_t)x * Bk;
+    const __m512 vm = _mm512_set1_ps(mrow[x]);
+    __m512 p[4];
+    for (int y = 0; y < 4; y++) {
+      p[y] = exp16(_mm512_sub_ps(_mm512_load_ps(pr + 16 * y), vm));
+      _mm512_store_ps(pr + 16 * y, p[y]);
+    }
+    red[x] = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
   }
+  // 4. l = l * a + sum p, a = exp(m - m')
+  const __m512 a = exp16(_mm512_sub_ps(mold, mnew));
+  const __m512 sums = reduce8(red, [](__m512 u, __m512 v) { return _mm512_add_ps(u, v); });
+  _mm512_mask_storeu_ps(c.l + r0, live, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, c.l + r0), a, sums));
+  alignas(64) float av[16];
+  _mm512_store_ps(av, a);
+#pragma GCC unroll 8
+  for (int x = 0; x < RM; x++) alpha[x] = av[x];
 }
 
 // The f32 value product: o = o * a + sum_j p_j v_j, keys in order. vb is [Bk][DH] f32.
