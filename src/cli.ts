@@ -1,9 +1,10 @@
 // `mashbox run | pull | models | conformance`. Only this file reads process.argv / MASHBOX_API_KEY; the
 // programmatic-only server options (validate_responses) have no flag here.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
+import type { CudaFootprint, CudaProbe, NativeAddon } from "./engine/native.js";
 import { notReadyError, unloadedModel } from "./engine/readiness.js";
 import { DEFAULTS, isLoopback } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
@@ -42,7 +43,8 @@ run options:
   --ui                 Serve the built-in chat page at /.
   --chat-template FILE Jinja chat template for the chat routes, instead of the model's own; a base
                        model without one (gemma3-270m) answers chat requests with 400 unless given.
-  --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build.
+  --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build (npm run
+                       build:cuda -- --addon) and runs llama and qwen3 models.
 
 ${CONFORMANCE_OPTIONS}
 Environment:
@@ -181,22 +183,58 @@ export class DeferredEngine implements Engine {
   }
 }
 
-async function checkDevice(device: "cpu" | "cuda"): Promise<void> {
-  if (device === "cpu") return;
-  type CudaProbe = { count: number; error: string; name: string; cc: string; total_bytes: number };
-  let addon: { cuda?: boolean; cudaProbe?: () => CudaProbe };
+const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+
+/**
+ * The start-up error for a model whose weights and KV cache (with the CUDA model's scratch) do
+ * not fit in the device's memory, naming both numbers; null when they fit. The CUDA model checks
+ * the device's free memory again when it loads.
+ */
+export function cudaFitError(fp: CudaFootprint, device: Pick<CudaProbe, "name" | "total_bytes">, n_slots: number, n_ctx: number): string | null {
+  const need = fp.weight_bytes + fp.kv_bytes + fp.scratch_bytes;
+  if (need <= device.total_bytes) return null;
+  return (
+    `--device cuda: the model needs ${gib(need)} of device memory (weights ${gib(fp.weight_bytes)}, KV cache ${gib(fp.kv_bytes)} for ${n_slots} slots × ${n_ctx} tokens, scratch ${gib(fp.scratch_bytes)}), ` +
+    `but ${device.name} has ${gib(device.total_bytes)} in all. Use fewer --slots, a smaller --ctx, or --device cpu.`
+  );
+}
+
+/**
+ * `--device cuda` before anything listens: an addon with the CUDA model and a device, or a clear
+ * error saying what was asked and what was found. Never a silent fall-back to the CPU.
+ */
+async function checkDevice(device: "cpu" | "cuda"): Promise<{ addon: NativeAddon; probe: CudaProbe } | null> {
+  if (device === "cpu") return null;
+  let addon: NativeAddon;
   try {
     const { loadAddon } = await import("./engine/native.js");
-    addon = loadAddon() as unknown as typeof addon;
+    addon = loadAddon();
   } catch (e) {
     throw new UsageError(`--device cuda: the native addon cannot be loaded (${(e as Error).message})`);
   }
   if (addon.cuda !== true || !addon.cudaProbe) throw new UsageError("--device cuda: this build of mashbox has no CUDA backend (the native addon was built for the CPU). Use --device cpu, or build with CUDA.");
   const d = addon.cudaProbe();
   if (d.count === 0) throw new UsageError(`--device cuda: asked for a CUDA device, found none (${d.error}). Use --device cpu.`);
-  // The kernels are built and reachable, but the engine's forward pass does not run on them yet:
-  // refuse rather than serve from the CPU behind the user's back.
-  throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only (the CUDA kernels are exercised by native/bench/cuda_harness). Use --device cpu.`);
+  // An addon linked with the kernels but built before the CUDA model existed: refuse rather than
+  // serve from the CPU behind the user's back.
+  if (!addon.cudaArchitectures || !addon.cudaFootprint)
+    throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only. Use --device cpu, or rebuild with npm run build:cuda -- --addon.`);
+  return { addon, probe: d };
+}
+
+/** Rows per forward() of the engine cli.ts starts (createEngine's default max_batch). */
+const ENGINE_MAX_BATCH = 512;
+
+/** The model file against the device: an architecture the CUDA model runs, and room for it. */
+function checkModelOnDevice(cuda: { addon: NativeAddon; probe: CudaProbe }, model_path: string, n_slots: number, n_ctx: number): void {
+  let fp: CudaFootprint;
+  try {
+    fp = cuda.addon.cudaFootprint!(model_path, n_slots, n_ctx, ENGINE_MAX_BATCH);
+  } catch (e) {
+    throw new UsageError(`--device cuda: ${(e as Error).message}`);
+  }
+  const err = cudaFitError(fp, cuda.probe, n_slots, n_ctx);
+  if (err) throw new UsageError(err);
 }
 
 async function cmdRun(args: string[]): Promise<number> {
@@ -212,9 +250,11 @@ async function cmdRun(args: string[]): Promise<number> {
     throw new UsageError((e as Error).message);
   }
   if (!isLoopback(cfg.host) && !keys) throw new UsageError(keysRequiredMessage(cfg.host));
-  await checkDevice(cfg.device);
+  const cuda = await checkDevice(cfg.device);
   const ref = resolveModel(cfg.model);
   const model_id = ref.kind === "registry" ? ref.entry.id : ref.id;
+  // A model still to be pulled is checked once it is here (below).
+  if (cuda && existsSync(ref.path)) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
 
   const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
   const { createApp } = await import("./server.js");
@@ -235,7 +275,10 @@ async function cmdRun(args: string[]): Promise<number> {
   process.once("SIGTERM", () => void shutdown(143));
 
   try {
-    if (ref.kind === "registry" && !ref.present) await pull(ref.entry);
+    if (ref.kind === "registry" && !ref.present) {
+      await pull(ref.entry);
+      if (cuda) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
+    }
     const { createEngine } = await import("./engine/engine.js");
     const engine = createEngine({
       model_path: ref.path,
@@ -243,6 +286,7 @@ async function cmdRun(args: string[]): Promise<number> {
       n_ctx: cfg.n_ctx,
       n_slots: cfg.n_slots,
       n_threads: cfg.n_threads,
+      device: cfg.device,
       cache_ram_mib: cfg.cache_ram_mib,
       chat_template: cfg.chat_template,
       // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
@@ -260,7 +304,8 @@ async function cmdRun(args: string[]): Promise<number> {
     await shutdown(1);
     return 1;
   }
-  process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${cfg.n_threads} threads)\n`);
+  const where = cuda ? `on ${cuda.probe.name}` : `${cfg.n_threads} threads`;
+  process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${where})\n`);
   return new Promise<number>(() => {}); // serves until a signal
 }
 

@@ -101,14 +101,16 @@ void kv_str(std::vector<uint8_t>& o, const std::string& k, const std::string& v)
 ModelShape shape_preset(const std::string& name, GgmlType wtype) {
   if (name == "qwen3-8b") return {name, 36, 4096, 32, 8, 128, 12288, 151936, wtype};
   if (name == "qwen3-tiny") return {name, 2, 256, 4, 2, 64, 512, 1024, wtype};
-  throw std::invalid_argument("unknown model shape '" + name + "' (qwen3-8b, qwen3-tiny)");
+  if (name == "smollm2-135m") return {name, 30, 576, 9, 3, 64, 1536, 49152, wtype, "llama"};
+  if (name == "llama-tiny") return {name, 2, 384, 6, 2, 64, 512, 1024, wtype, "llama"};
+  throw std::invalid_argument("unknown model shape '" + name + "' (qwen3-8b, qwen3-tiny, smollm2-135m, llama-tiny)");
 }
 
 uint64_t step_weight_bytes(const ModelShape& s) {
   auto mat = [&](int64_t K, int64_t N) { return (uint64_t)ggml_row_bytes(s.wtype, K) * (uint64_t)N; };
   const uint64_t layer = mat(s.D, (int64_t)s.H * s.Dh) + 2 * mat(s.D, (int64_t)s.Hk * s.Dh) +
                          mat((int64_t)s.H * s.Dh, s.D) + 2 * mat(s.D, s.F) + mat(s.F, s.D) +
-                         4ull * (2 * s.D + 2 * s.Dh);
+                         4ull * (2 * s.D + (s.arch == "qwen3" ? 2 * s.Dh : 0));
   return (uint64_t)s.L * layer + mat(s.D, s.V) + ggml_row_bytes(s.wtype, s.D) + 4ull * s.D;
 }
 
@@ -117,9 +119,14 @@ std::vector<uint8_t> make_random_gguf(const ModelShape& s, uint64_t seed, int th
   const float sd_in = 1.f / std::sqrt((float)s.D);
   auto mat = [&](const std::string& n, int64_t K, int64_t N, float sd) { plan.push_back({n, s.wtype, K, N, sd, false}); };
   auto vec = [&](const std::string& n, int64_t K) { plan.push_back({n, GgmlType::F32, K, 1, 0.1f, true}); };
-  mat("token_embd.weight", s.D, s.V, 1.0f);
+  const bool qwen3 = s.arch == "qwen3";
+  if (!qwen3 && s.arch != "llama") throw std::invalid_argument("make_random_gguf: architecture " + s.arch);
+  if (!qwen3 && s.H * s.Dh != s.D) throw std::invalid_argument("make_random_gguf: llama's head dim is D / H");
+  // llama ties the head to the embedding (as SmolLM2 does), which then serves both: values of
+  // about 1/sqrt(D) keep the logits in range, and rmsnorm rescales the embedded rows anyway
+  mat("token_embd.weight", s.D, s.V, qwen3 ? 1.0f : sd_in);
   vec("output_norm.weight", s.D);
-  mat("output.weight", s.D, s.V, sd_in);
+  if (qwen3) mat("output.weight", s.D, s.V, sd_in);
   for (int il = 0; il < s.L; il++) {
     const std::string p = "blk." + std::to_string(il) + ".";
     vec(p + "attn_norm.weight", s.D);
@@ -127,8 +134,10 @@ std::vector<uint8_t> make_random_gguf(const ModelShape& s, uint64_t seed, int th
     mat(p + "attn_k.weight", s.D, (int64_t)s.Hk * s.Dh, sd_in);
     mat(p + "attn_v.weight", s.D, (int64_t)s.Hk * s.Dh, sd_in);
     mat(p + "attn_output.weight", (int64_t)s.H * s.Dh, s.D, 1.f / std::sqrt((float)(s.H * s.Dh)));
-    vec(p + "attn_q_norm.weight", s.Dh);
-    vec(p + "attn_k_norm.weight", s.Dh);
+    if (qwen3) {
+      vec(p + "attn_q_norm.weight", s.Dh);
+      vec(p + "attn_k_norm.weight", s.Dh);
+    }
     vec(p + "ffn_norm.weight", s.D);
     mat(p + "ffn_gate.weight", s.D, s.F, sd_in);
     mat(p + "ffn_up.weight", s.D, s.F, sd_in);
@@ -141,19 +150,19 @@ std::vector<uint8_t> make_random_gguf(const ModelShape& s, uint64_t seed, int th
     off = (off + t.bytes + 31) / 32 * 32;
   }
   std::vector<uint8_t> o;
-  const std::string a = "qwen3.";
+  const std::string a = s.arch + ".";
   put_u32(o, 0x46554747u);  // "GGUF"
   put_u32(o, 3);
   put_u64(o, plan.size());
-  put_u64(o, 11);
-  kv_str(o, "general.architecture", "qwen3");
+  put_u64(o, qwen3 ? 11 : 10);
+  kv_str(o, "general.architecture", s.arch);
   kv_str(o, "general.name", "random " + s.name);
   kv_u32(o, a + "block_count", (uint32_t)s.L);
   kv_u32(o, a + "embedding_length", (uint32_t)s.D);
   kv_u32(o, a + "feed_forward_length", (uint32_t)s.F);
   kv_u32(o, a + "attention.head_count", (uint32_t)s.H);
   kv_u32(o, a + "attention.head_count_kv", (uint32_t)s.Hk);
-  kv_u32(o, a + "attention.key_length", (uint32_t)s.Dh);
+  if (qwen3) kv_u32(o, a + "attention.key_length", (uint32_t)s.Dh);
   kv_u32(o, a + "context_length", 40960);
   kv_f32(o, a + "attention.layer_norm_rms_epsilon", 1e-6f);
   kv_f32(o, a + "rope.freq_base", 1000000.f);

@@ -19,14 +19,17 @@ struct ModelShape {
   std::string name;
   int L = 0, D = 0, H = 0, Hk = 0, Dh = 0, F = 0, V = 0;
   GgmlType wtype = GgmlType::F32;  // every matrix; norms are F32
+  std::string arch = "qwen3";      // qwen3: attn_{q,k}_norm, own output.weight; llama: neither (tied head)
 };
 // "qwen3-8b" (36 x 4096, 32/8 heads of 128, F 12288, V 151936), "qwen3-tiny" (2 x 256, 4/2 heads
-// of 64, F 512, V 1024), with the weight type given. Throws for an unknown name.
+// of 64, F 512, V 1024), "smollm2-135m" (llama: 30 x 576, 9/3 heads of 64, F 1536, V 49152, the
+// default model's shape), "llama-tiny" (llama: 2 x 384, 6/2 heads of 64, F 512, V 1024), with the
+// weight type given. Throws for an unknown name.
 ModelShape shape_preset(const std::string& name, GgmlType wtype);
 // Weight bytes one decode step reads: every matrix once (the embedding lookup reads one row).
 uint64_t step_weight_bytes(const ModelShape& s);
 
-// A qwen3 GGUF v3 image with deterministic random weights (same seed, same bytes). Quantized
+// A GGUF v3 image of the shape's architecture with deterministic random weights (same seed, same bytes). Quantized
 // blocks get random payloads and scales chosen so each matrix has values of about 1/sqrt(K), which
 // keeps activations bounded through many layers. threads: generator threads (0 = hardware).
 std::vector<uint8_t> make_random_gguf(const ModelShape& s, uint64_t seed, int threads = 0);

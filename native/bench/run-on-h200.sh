@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (no Node, no network; nvcc, CMake and ninja from its image):
-# build the CUDA harness for sm_90 and run it on Qwen3-8B-shaped random models in Q4_K and BF16.
-# Writes to $OUT: env.txt, build.log, q4_k.json / q4_k.log, bf16.json / bf16.log. About 6-8 min.
+# build the CUDA harness for sm_90 and run it on Qwen3-8B-shaped random models in Q4_K and BF16,
+# then a SmolLM2-135M-shaped (llama, tied head) Q4_1 benchmark. The harness drives the product's
+# CUDA model (Model::load with Device::cuda): each checks phase compares its logits with the CPU
+# backend on a qwen3 and a llama shape (qwen3_* and llama_* keys) and checks its decode-step graph
+# capture. Writes to $OUT: env.txt, build.log, selftest.log, q4_k.json / q4_k.log, bf16.json /
+# bf16.log, smollm2.json / smollm2.log. About 6-8 min.
 #   run(command="bash native/bench/run-on-h200.sh", timeout_s=540)
 # Exit status: the Q4_K run's (0 all checks passed, 1 a check failed, 3 no CUDA device), or 10 when
 # the build failed, 11 when no nvcc was found.
@@ -50,7 +54,10 @@ timeout 200 "$H" --shape qwen3-8b --wtype q4_k --parity-layers 2 --steps 64 --ba
   > "$OUT/q4_k.json" 2> "$OUT/q4_k.log"
 rc=$?
 echo "q4_k: exit $rc"; grep -E "^FAIL" "$OUT/q4_k.log" | head -20; cat "$OUT/q4_k.json"
-timeout 160 "$H" --shape qwen3-8b --wtype bf16 --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
+timeout 150 "$H" --shape qwen3-8b --wtype bf16 --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
   > "$OUT/bf16.json" 2> "$OUT/bf16.log"
 echo "bf16: exit $?"; grep -E "^FAIL" "$OUT/bf16.log" | head -20; cat "$OUT/bf16.json"
+timeout 50 "$H" --shape smollm2-135m --wtype q4_1 --only bench --batches 1,8,32,64 --prefill 512 \
+  > "$OUT/smollm2.json" 2> "$OUT/smollm2.log"
+echo "smollm2: exit $?"; cat "$OUT/smollm2.json"
 exit $rc

@@ -19,6 +19,7 @@
 #include "util/threadpool.h"
 #ifdef MB_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "model/cuda/model_cuda.h"
 #endif
 
 namespace {
@@ -29,6 +30,7 @@ struct LoadOptions {
   int n_slots = 1;
   int n_threads = 1;
   int max_batch = 512;
+  mb::Device device = mb::Device::cpu;
   // Host prompt cache (engine/prompt_cache.h): bytes (0 = off), backing file, namespace.
   double cache_bytes = 0;
   std::string cache_path;
@@ -95,6 +97,7 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
       o.Set("type", "error");
       o.Set("message", e.message);
       if (e.fault) o.Set("fault", true);
+      if (e.device_fault) o.Set("device_fault", true);
       break;
   }
   return o;
@@ -193,6 +196,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
         });
     n_ctx_ = n_ctx;
     n_slots_ = n_slots;
+    device_ = lo.device;
   }
 
  private:
@@ -239,6 +243,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("kv_bytes", double(loaded_->kv_bytes));
     o.Set("kv_token_bytes", double(loaded_->kv_token_bytes));
     o.Set("kernels", mb::kernels_backend());
+    o.Set("device", device_ == mb::Device::cuda ? "cuda" : "cpu");
     o.Set("certification", loaded_->certification);
     return o;
   }
@@ -396,6 +401,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("prefix_hit_tokens", double(st.prefix_hit_tokens));
     o.Set("prefix_lookup_tokens", double(st.prefix_lookup_tokens));
     o.Set("steps", double(st.steps));
+    o.Set("graph_captures", double(st.graph_captures));
     const auto& hc = st.host_cache;
     o.Set("host_cache_bytes", double(hc.bytes));
     o.Set("host_cache_cap_bytes", double(hc.cap_bytes));
@@ -433,6 +439,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
   std::shared_ptr<EventQueue> queue_;
   Napi::ThreadSafeFunction tsfn_;
   int n_ctx_ = 0, n_slots_ = 0;
+  mb::Device device_ = mb::Device::cpu;
   bool loading_ = false;
   friend class LoadWorker;
 };
@@ -453,7 +460,7 @@ class LoadWorker : public Napi::AsyncWorker {
       // The model first: a file of an unsupported architecture is refused as that, whatever its
       // vocabulary.
       l->pool = std::make_unique<mb::ThreadPool>(opts_.n_threads);
-      l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch);
+      l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch, opts_.device);
       l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
       l->config = l->model->config();
       l->kv_bytes = l->model->kv_bytes();
@@ -501,8 +508,8 @@ class LoadWorker : public Napi::AsyncWorker {
   std::unique_ptr<Loaded> loaded_;
 };
 
-// load({model_path, n_ctx, n_slots, n_threads, max_batch, cache_ram_mib?, cache_path?,
-//       cache_namespace?}, on_events) -> Promise<info>
+// load({model_path, n_ctx, n_slots, n_threads, max_batch, device?: "cpu" | "cuda", cache_ram_mib?,
+//       cache_path?, cache_namespace?}, on_events) -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
   if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
@@ -517,6 +524,11 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   lo.cache_bytes = std::max(0.0, num(o, "cache_ram_mib", 0)) * 1048576.0;
   if (o.Get("cache_path").IsString()) lo.cache_path = o.Get("cache_path").As<Napi::String>().Utf8Value();
   if (o.Get("cache_namespace").IsString()) lo.cache_namespace = o.Get("cache_namespace").As<Napi::String>().Utf8Value();
+  if (o.Get("device").IsString()) {
+    const std::string d = o.Get("device").As<Napi::String>().Utf8Value();
+    if (d != "cpu" && d != "cuda") throw Napi::RangeError::New(env, "load: device must be \"cpu\" or \"cuda\", got \"" + d + "\"");
+    lo.device = d == "cuda" ? mb::Device::cuda : mb::Device::cpu;
+  }
   if (lo.n_ctx < 1 || lo.n_slots < 1 || lo.n_threads < 1 || lo.max_batch < 1)
     throw Napi::RangeError::New(env, "load: n_ctx, n_slots, n_threads and max_batch must be >= 1");
   loading_ = true;
@@ -584,6 +596,29 @@ Napi::Value CudaProbe(const Napi::CallbackInfo& info) {
   o.Set("free_bytes", (double)d.free_bytes);
   return o;
 }
+
+// cudaFootprint(model_path, n_slots, n_ctx, max_batch) -> {architecture, weight_bytes, kv_bytes,
+// scratch_bytes}: what the CUDA model would take on the device, from the GGUF header alone; throws
+// for an architecture the CUDA model does not run.
+Napi::Value CudaModelFootprint(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber())
+    throw Napi::TypeError::New(env, "cudaFootprint(model_path, n_slots, n_ctx, max_batch)");
+  try {
+    const auto file = mb::GgufFile::open(info[0].As<Napi::String>().Utf8Value());
+    const mb::CudaFootprint fp = mb::cuda_footprint(*file, info[1].As<Napi::Number>().Int32Value(),
+                                                    info[2].As<Napi::Number>().Int32Value(),
+                                                    info[3].As<Napi::Number>().Int32Value());
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("architecture", fp.arch);
+    o.Set("weight_bytes", (double)fp.weight_bytes);
+    o.Set("kv_bytes", (double)fp.kv_bytes);
+    o.Set("scratch_bytes", (double)fp.scratch_bytes);
+    return o;
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
 #endif
 
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
@@ -592,6 +627,9 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
   exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));
+  // The CUDA model (model/cuda/model_cuda.h) is in this build: Model::load takes device cuda.
+  exports.Set("cudaArchitectures", mb::cuda_architectures());
+  exports.Set("cudaFootprint", Napi::Function::New(env, CudaModelFootprint, "cudaFootprint"));
 #endif
   return Engine::Init(env, exports);
 }

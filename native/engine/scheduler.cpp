@@ -114,6 +114,7 @@ void Scheduler::publish_stats() {
   st.steps = steps_;
   if (cache_) st.host_cache = cache_->stats();
   st.routed_expert_calls = model_->routed_expert_calls();  // this thread runs the forward passes
+  st.graph_captures = model_->graph_captures();
   std::lock_guard<std::mutex> lk(mu_);
   st.waiting = int(waiting_.size() + incoming_.size());
   stats_ = st;
@@ -412,6 +413,7 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       ev.id = s->req.id;
       ev.message = std::string("forward failed: ") + e.what();
       ev.fault = true;
+      ev.device_fault = dynamic_cast<const DeviceError*>(&e) != nullptr;
       out.push_back(std::move(ev));
       s->done = true;
     }

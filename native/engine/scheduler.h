@@ -62,6 +62,7 @@ struct EngineEvent {
   // Error
   std::string message;
   bool fault = false;              // the forward pass of the whole batch threw: engine state suspect
+  bool device_fault = false;       // ... with a DeviceError: the device (CUDA context) is lost too
 };
 
 struct SchedulerStats {
@@ -76,6 +77,7 @@ struct SchedulerStats {
   int64_t steps = 0;
   PromptCacheStats host_cache;     // all zero when the host cache is off
   std::vector<std::pair<std::string, int64_t>> routed_expert_calls;  // Model::routed_expert_calls()
+  int64_t graph_captures = 0;      // Model::graph_captures()
 };
 
 struct SchedulerOptions {

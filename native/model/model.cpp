@@ -4,12 +4,22 @@
 
 #include "model/loader.h"
 #include "model/transformer.h"
+#ifdef MB_HAVE_CUDA
+#include "model/cuda/model_cuda.h"
+#endif
 
 namespace mb {
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
-                                   int max_batch) {
+                                   int max_batch, Device device) {
   if (!file) throw std::invalid_argument("model: no GGUF file");
+  if (device == Device::cuda) {
+#ifdef MB_HAVE_CUDA
+    return load_cuda(std::move(file), n_slots, n_ctx, max_batch);
+#else
+    throw std::runtime_error("model: device cuda: this build has no CUDA model (configure with -DMB_CUDA=ON: npm run build:cuda -- --addon)");
+#endif
+  }
   using Factory = std::unique_ptr<Model> (*)(std::shared_ptr<GgufFile>, ModelConfig, const model_detail::Capacity&,
                                              ThreadPool*);
   static const struct {

@@ -40,6 +40,17 @@ struct ModelConfig {
   int n_expert_used = 0;     // expert_used_count
 };
 
+// Where a model's forward pass runs. cuda: the CUDA model (model/cuda/model_cuda.h), in builds
+// configured with -DMB_CUDA=ON; it runs the architectures cuda_architectures() names.
+enum class Device { cpu, cuda };
+
+// A step failed on the device (a CUDA error): the device state, and with a sticky error the
+// process's whole CUDA context, is lost. The scheduler fails the batch as a fault and the worker
+// process exits with its own status, so the server starts a fresh one.
+struct DeviceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // One step's inputs: T tokens, each belonging to a slot at a position. Several sequences mix
 // freely (continuous batching); tokens of one sequence appear in position order.
 struct Batch {
@@ -55,8 +66,10 @@ class Model {
   // for max_batch tokens per internal step (forward() splits larger batches, in order).
   // Throws std::runtime_error naming the unsupported architecture or tensor type, or the missing
   // tensor and the architecture that requires it.
+  // device cuda: a build without the CUDA model, an architecture it does not run, no device, or a
+  // device too small for the weights and KV each throw std::runtime_error saying which.
   static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
-                                     int max_batch = 512);
+                                     int max_batch = 512, Device device = Device::cpu);
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   // Runs the batch, writes K/V for every token into its slot, and writes logits for each
@@ -86,5 +99,9 @@ class Model {
   // how many expert matmuls it has run so far; empty for a dense model. Health reports the path
   // they run on from it, so it counts calls that happened, not the ones the code could make.
   virtual std::vector<std::pair<std::string, int64_t>> routed_expert_calls() const { return {}; }
+  // Launch sequences compiled while serving (a CUDA model captures a decode step of each batch
+  // width as a CUDA graph and instantiates it); the engine reports those after ready as
+  // compiles_after_ready. 0 for the CPU models, whose kernels are all compiled ahead of time.
+  virtual int64_t graph_captures() const { return 0; }
 };
 }  // namespace mb

@@ -30,6 +30,8 @@ export interface EngineOptions {
   n_ctx: number;
   n_slots: number;
   n_threads: number;
+  /** Where the model runs (default cpu); checked at start-up by the CLI (cli.ts checkDevice). */
+  device?: "cpu" | "cuda";
   /** Tokens per forward() (prefill chunks + decode tokens); default 512. */
   max_batch?: number;
   /** Queue limits (defaults from the spec: 32 per tenant, 256 in all). */
@@ -121,6 +123,8 @@ class WorkerEngine implements ManagedEngine {
   private preparing = new Set<Job>();
   private nextNid = 1;
   private nativeStats: NativeStats | null = null;
+  /** The running worker's graph_captures when it became ready: later ones are compiles after ready. */
+  private capturesAtReady = 0;
   /** What the running worker reported about its programs and model (Health). */
   private identity: Pick<EngineStats, "deployment_id" | "component_set_sha" | "certification" | "compiles_after_ready"> = {};
   /** The host cache file this engine made (removed on close); null when given or off. */
@@ -136,7 +140,7 @@ class WorkerEngine implements ManagedEngine {
       this.readyReject = rej;
     });
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
-    const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512 };
+    const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512, device: opts.device ?? "cpu" };
     if ((opts.cache_ram_mib ?? 0) > 0) {
       this.ownedCachePath = opts.cache_path === undefined ? newCachePath(opts.cache_ram_mib! * 1024 * 1024) : null;
       load.cache_ram_mib = opts.cache_ram_mib;
@@ -159,8 +163,10 @@ class WorkerEngine implements ManagedEngine {
           add_bos: info.add_bos,
           control_tokens: info.control_tokens,
         };
-        // The kernels are compiled ahead of time and the addon holds no compiler, so no worker
-        // compiles a program after it is ready: the count is a true 0 from the first ready on.
+        // The kernels are compiled ahead of time; what a worker still compiles while serving is a
+        // CUDA model's graph capture of a decode step (once per batch width), counted from here.
+        // The ready message's stats came just before this call.
+        this.capturesAtReady = this.nativeStats?.graph_captures ?? 0;
         this.identity = { ...this.identity, deployment_id: info.deployment_id ?? null, certification: info.certification, compiles_after_ready: 0 };
         this.state = "ready";
         this.readyResolve();
@@ -569,6 +575,9 @@ class WorkerEngine implements ManagedEngine {
           }
         : {}),
       ...this.identity,
+      // Summed over restarts would need the dead worker's count; a restarted worker starts from 0
+      // captures, and what it captures after its ready counts.
+      ...(n && this.identity.compiles_after_ready !== undefined ? { compiles_after_ready: Math.max(0, (n.graph_captures ?? 0) - this.capturesAtReady) } : {}),
       worker_pid: this.state === "ready" ? this.worker.pid : null,
       worker_restarts: this.worker.restarts,
     };

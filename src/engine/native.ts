@@ -11,6 +11,8 @@ export interface NativeLoadOptions {
   n_slots: number;
   n_threads: number;
   max_batch?: number;
+  /** Where the model runs (absent = cpu); cuda needs an addon with the CUDA model (NativeAddon.cudaArchitectures). */
+  device?: "cpu" | "cuda";
   /** Host prompt cache size in MiB (0 or absent = off). */
   cache_ram_mib?: number;
   /** File backing the host cache, so a restarted worker maps it again (absent = private memory). */
@@ -40,6 +42,8 @@ export interface NativeModelInfo {
   kv_bytes: number;
   /** The kernel set dispatch picked on this CPU ("avx512vnni", "avx2", "ref"). */
   kernels: string;
+  /** Where the model's forward pass runs. */
+  device: "cpu" | "cuda";
   /** The start-up gate's verdict on that set: "passed" (a set that fails does not load). */
   certification: string;
   /** Filled in by the worker (identity.ts), not the addon. */
@@ -93,8 +97,11 @@ export type NativeEvent =
       prompt_ms: number;
       predicted_ms: number;
     }
-  /** fault: the forward pass of the whole batch threw (the engine state is suspect). */
-  | { type: "error"; id: number; message: string; fault?: true };
+  /**
+   * fault: the forward pass of the whole batch threw (the engine state is suspect); device_fault:
+   * it was the device's error (a CUDA error: the process's device context is lost as well).
+   */
+  | { type: "error"; id: number; message: string; fault?: true; device_fault?: true };
 
 export interface NativeStats {
   slots_total: number;
@@ -106,6 +113,8 @@ export interface NativeStats {
   prefix_hit_tokens: number;
   prefix_lookup_tokens: number;
   steps: number;
+  /** Launch sequences compiled while serving (CUDA graphs the CUDA model captured); 0 on the CPU. */
+  graph_captures: number;
   /** Host prompt cache (all 0 and a null namespace when it is off); blocks shared by prompts count once. */
   host_cache_bytes: number;
   host_cache_cap_bytes: number;
@@ -141,8 +150,33 @@ export interface NativeEngine {
   close(): void;
 }
 
+/** What the CUDA runtime sees (device 0): count 0 with error saying why. */
+export interface CudaProbe {
+  count: number;
+  error: string;
+  name: string;
+  cc: string;
+  total_bytes: number;
+  free_bytes: number;
+}
+
+/** What the CUDA model would take on the device for a model file and a capacity. */
+export interface CudaFootprint {
+  architecture: string;
+  weight_bytes: number;
+  kv_bytes: number;
+  scratch_bytes: number;
+}
+
 export interface NativeAddon {
   Engine: new () => NativeEngine;
+  /** Present in an addon linked with the CUDA kernel set. */
+  cuda?: true;
+  cudaProbe?: () => CudaProbe;
+  /** Present when the addon has the CUDA model too ("llama, qwen3": what runs with device cuda). */
+  cudaArchitectures?: string;
+  /** Throws for an architecture the CUDA model does not run. */
+  cudaFootprint?: (model_path: string, n_slots: number, n_ctx: number, max_batch: number) => CudaFootprint;
 }
 
 export function addonPath(): string {

@@ -7,6 +7,7 @@
 //   {t:"submit", req: WorkerSubmit}                    {t:"events", evs: NativeEvent[], stats}
 //   {t:"cancel", id}                                   {t:"stats", stats}   (periodic while busy)
 //                                                      {t:"fault", message}, then it exits
+//                                                      (status 70; 71 when the device failed)
 //
 // A forward pass that throws leaves every sequence of the batch (and the K/V cache) suspect, so
 // the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
@@ -56,6 +57,8 @@ export type FromWorker =
 
 /** Exit status after a fault (EX_SOFTWARE). */
 const FAULT_EXIT = 70;
+/** Exit status after a device fault (a CUDA error in a step): the device context is gone with the process. */
+export const DEVICE_FAULT_EXIT = 71;
 
 /**
  * The state point in tokens: the common token prefix of the prompt and its first
@@ -104,12 +107,14 @@ function main(): void {
         componentSet.catch(() => {}); // unreadable: Health keeps null
         engine
           .load(m.opts, (evs) => {
-            const fault = evs.find((e) => e.type === "error" && e.fault === true);
+            const fault = evs.find((e) => e.type === "error" && e.fault === true) as Extract<NativeEvent, { type: "error" }> | undefined;
             if (fault) {
               // Exit once the message is out; events after it would be for a suspect engine.
-              const m: FromWorker = { t: "fault", message: `a forward pass failed: ${(fault as { message: string }).message}` };
-              if (process.connected) process.send!(m, () => process.exit(FAULT_EXIT));
-              else process.exit(FAULT_EXIT);
+              const device = fault.device_fault === true;
+              const m: FromWorker = { t: "fault", message: `${device ? "the device failed during a step" : "a forward pass failed"}: ${fault.message}` };
+              const code = device ? DEVICE_FAULT_EXIT : FAULT_EXIT;
+              if (process.connected) process.send!(m, () => process.exit(code));
+              else process.exit(code);
               faulted = true;
             }
             if (faulted) return;
