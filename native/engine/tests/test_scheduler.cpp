@@ -41,6 +41,7 @@ class FakeModel : public Model {
       for (size_t t = 1; t < b.slot.size(); t++) shared = shared || b.slot[t] != b.slot[0];
       if (shared) {
         fail_on_shared_batch = false;
+        if (fail_as_device) throw DeviceError("fake CUDA error");
         throw std::runtime_error("fake device fault");
       }
     }
@@ -93,6 +94,8 @@ class FakeModel : public Model {
   int restored = 0;
   mutable int bad_pos = 0;
   std::atomic<bool> fail_on_shared_batch{false};  // throw once, from a batch of two sequences
+  bool fail_as_device = false;                     // ... a DeviceError (what the CUDA model throws)
+  int64_t graph_captures() const override { return 7; }  // passed through to the scheduler's stats
   size_t max_batch_seen = 0;
   size_t tokens_forwarded = 0;
   int step_sleep_us = 0;  // a step that takes time, so a decoding stream is still running later
@@ -123,7 +126,7 @@ class FakeTok : public Tokenizer {
 };
 
 struct Result {
-  bool started = false, done = false, error = false, fault = false;
+  bool started = false, done = false, error = false, fault = false, device_fault = false;
   int cached = -1;
   std::vector<int32_t> tokens;
   std::string text, finish, message;
@@ -141,7 +144,7 @@ struct Collector {
       if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
       if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; }
-      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.message = e.message; }
+      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.device_fault = e.device_fault; r.message = e.message; }
     }
     cv.notify_all();
   }
@@ -366,8 +369,22 @@ int main() {
     s.submit(req(2, make_prompt(6, 1), -1));
     Result r1 = c.wait(1), r2 = c.wait(2);
     CHECK(r1.error && r1.fault && r2.error && r2.fault);
+    CHECK(!r1.device_fault && !r2.device_fault);
     CHECK(r1.message.find("fake device fault") != std::string::npos);
     CHECK_EQ(s.stats().slots_in_use, 0);
+    CHECK_EQ(s.stats().graph_captures, 7);
+  }
+  {  // ... and a DeviceError is marked as the device's (the worker then exits with its own status)
+    Collector c;
+    auto owned = std::make_unique<FakeModel>(2);
+    owned->fail_on_shared_batch = true;
+    owned->fail_as_device = true;
+    Scheduler s(std::move(owned), std::make_shared<FakeTok>(), {2, 4096, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    s.submit(req(1, make_prompt(5, 0), -1));
+    s.submit(req(2, make_prompt(6, 1), -1));
+    Result r1 = c.wait(1), r2 = c.wait(2);
+    CHECK(r1.error && r1.fault && r1.device_fault && r2.error && r2.fault && r2.device_fault);
+    CHECK(r1.message.find("fake CUDA error") != std::string::npos);
   }
   {  // host prompt cache: a prompt displaced from the only slot comes back restored, with the
      // same output as computed (the fake's next token hashes its whole K/V); a state point is
