@@ -40,7 +40,7 @@ export interface NativeModelInfo {
   n_params: number;
   bpw: number;
   kv_bytes: number;
-  /** The kernel set dispatch picked on this CPU ("avx512vnni", "avx2", "ref"). */
+  /** The kernel set dispatch picked on this CPU ("avx512vnni", "avx2", "ref"), or "cuda" for the CUDA model. */
   kernels: string;
   /** Where the model's forward pass runs. */
   device: "cpu" | "cuda";

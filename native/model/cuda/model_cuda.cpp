@@ -182,6 +182,7 @@ class CudaModel final : public Model {
   void enqueue_layers(int T, int max_keys, bool decode);     // x [T, D] through every layer
   void enqueue_logits(int w0, int n);                        // logits [n, V] of wanted rows w0..
   void capture(int T);
+  void certify(const std::vector<QMatrix>& samples, const uint8_t* span_lo, const std::string& device_name);
   // y[T, N] = x[T, K] · W^T: cuBLAS for F16/BF16 weights past the matvec's rows, else the kernels' dispatch.
   void mm(const QMatrix& W, const float* x, float* y, int T) {
     if (T > cuda::kMatvecMaxT && cuda::cublas_supported(W.type)) cuda::gemm_cublas(*blas_, W, x, x16_.get(), y, T, st_);
@@ -295,6 +296,18 @@ CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch
   cuda::check((int)cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking), "cudaStreamCreate");
   blas_ = std::make_unique<cuda::CublasHandle>(st_);
 
+  // The first matrix of each weight type, on the host still: the start-up gate's samples.
+  std::vector<QMatrix> samples;
+  auto sample = [&](const QMatrix& m) {
+    for (const QMatrix& s : samples)
+      if (s.type == m.type) return;
+    samples.push_back(m);
+  };
+  sample(token_embd_);
+  sample(output_);
+  for (const Layer& l : layers_)
+    for (const QMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) sample(*m);
+
   // Weights: one upload; each matrix points at its own bytes inside it.
   const TensorSpan span = tensor_span(f);
   weights_ = DevBuf<uint8_t>(span.bytes);
@@ -350,6 +363,51 @@ CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch
   rows_host_.reserve(Tm_);
   graphs_.resize(size_t(d_.Gm) + 1);
   cuda::sync(st_);  // loaded means on the device: a bad upload fails the load, not the first step
+  certify(samples, span.lo, dev.name);
+}
+
+// The start-up gate on this device (the CPU's is certify_kernels): for each weight type the model
+// holds, the first rows of its first matrix through the decode matvec (T = 1) and the batched path
+// (T = 9, when max_batch allows it: the tensor-core GEMM, or cuBLAS for F16/BF16) against
+// dequantize_row and a double sum.
+// Off by more than rounding (f32 sums; f16 operands in the GEMM) refuses the load: a kernel that is
+// wrong on this chip would answer wrong tokens.
+void CudaModel::certify(const std::vector<QMatrix>& samples, const uint8_t* span_lo, const std::string& device_name) {
+  const int T = std::min(cuda::kMatvecMaxT + 1, d_.Tm);  // the batched path runs only past kMatvecMaxT rows
+  for (const QMatrix& h : samples) {
+    const int64_t K = h.K, N = std::min<int64_t>(h.N, 256);
+    std::vector<float> w(size_t(N) * K), x(size_t(T) * K), y1(static_cast<size_t>(N)), yT(size_t(T) * N);  // w [N, K], x [T, K]
+    for (int64_t n = 0; n < N; n++) dequantize_row(h, n, &w[size_t(n) * K]);
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::sin(0.37f * float(i % 1021)) * (1.f + float(i % 7) * 0.25f);
+    const QMatrix dm{h.type, K, N, weights_.get() + (h.data - span_lo)};
+    DevBuf<float> dx(x.size()), dy1(y1.size()), dyT(yT.size());
+    cuda::upload(dx.get(), x.data(), x.size() * sizeof(float), st_);
+    cuda::matmul(dm, dx.get(), dy1.get(), 1, st_);
+    mm(dm, dx.get(), dyT.get(), T);
+    cuda::download(y1.data(), dy1.get(), y1.size() * sizeof(float), st_);
+    cuda::download(yT.data(), dyT.get(), yT.size() * sizeof(float), st_);
+    cuda::sync(st_);
+    double worst1 = 0, worstT = 0;
+    for (int t = 0; t < T; t++)
+      for (int64_t n = 0; n < N; n++) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; k++) {
+          const double p = double(w[size_t(n) * K + k]) * x[size_t(t) * K + k];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const double e = std::fabs(yT[size_t(t) * N + n] - ref) / (mag + 1e-30);
+        worstT = std::max(worstT, e);
+        if (t == 0) worst1 = std::max(worst1, std::fabs(y1[size_t(n)] - ref) / (mag + 1e-30));
+      }
+    // f32 sums: ~1e-6 of sum |w x|; the GEMM's f16 operands: ~1e-3. A wrong kernel is off by O(1).
+    if (!(worst1 <= 1e-4) || !(worstT <= 1e-2)) {
+      char b[160];
+      std::snprintf(b, sizeof b, "decode matvec relative error %.3g (limit 1e-4), batched %.3g (limit 1e-2)", worst1, worstT);
+      throw std::runtime_error("model: device cuda: the CUDA kernels disagree with the reference on " + device_name + " for " +
+                               ggml_type_name(h.type) + " weights: " + b);
+    }
+  }
 }
 
 CudaModel::~CudaModel() {
