@@ -1,7 +1,9 @@
 // CPU-side checks of the CUDA harness, run by ctest in every build (no GPU, no nvcc): the random
 // model generator (the CPU backend loads it and its logits are finite and depend on the seed),
 // the block decoding the CUDA kernels run (kernels/cuda/quants.cuh, compiled here for the host)
-// against ref::dequantize for every type, the sampling reference, and the JSON line.
+// against ref::dequantize for every type, what Model::load(Device::cuda) refuses before it looks for
+// a device (and cuda_footprint's K/V bytes), the sampling reference, and the JSON line.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,9 @@
 #include "kernels/ref/ref.h"
 #include "model/model.h"
 #include "util/threadpool.h"
+#ifdef MB_HAVE_CUDA
+#include "model/cuda/model_cuda.h"
+#endif
 
 namespace mb {
 namespace bench {
@@ -83,6 +88,42 @@ void check_model(const std::string& shape, GgmlType t) {
          "CPU backend runs the random " + shape + " " + ggml_type_name(t) + " model (logit rms " + std::to_string(rms) + ")");
 }
 
+// Model::load with Device::cuda refuses what it cannot run before it looks for a device: a build
+// without the CUDA model says so; with it, another architecture is named with the ones that run.
+void check_device_refusals() {
+  const ModelShape s = shape_preset("qwen3-tiny", GgmlType::Q8_0);
+  auto img = make_random_gguf(s, 3, 1);
+  auto refusal = [&](const std::vector<uint8_t>& bytes) {
+    std::shared_ptr<GgufFile> f(GgufFile::parse(bytes.data(), bytes.size()));
+    try {
+      Model::load(f, 1, 64, nullptr, 16, Device::cuda);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+#ifdef MB_HAVE_CUDA
+  // general.architecture's value, "qwen3", becomes "qwen2" (same length, so the image stays valid)
+  const std::string key = "general.architecture";
+  const auto at = std::search(img.begin(), img.end(), key.begin(), key.end()) - img.begin();
+  const size_t value = (size_t)at + key.size() + 4 + 8;  // type u32, length u64
+  expect(std::string(img.begin() + value, img.begin() + value + 5) == "qwen3", "the image names its architecture");
+  img[value + 4] = '2';
+  const std::string err = refusal(img);
+  expect(err.find("architecture 'qwen2' does not run on CUDA") != std::string::npos &&
+             err.find(cuda_architectures()) != std::string::npos,
+         "device cuda refuses qwen2, naming the architectures it runs: " + err);
+  const auto lt = make_random_gguf(shape_preset("llama-tiny", GgmlType::Q4_1), 3, 1);
+  std::shared_ptr<GgufFile> lf(GgufFile::parse(lt.data(), lt.size()));
+  const CudaFootprint fp = cuda_footprint(*lf, 3, 100, 16);
+  expect(fp.arch == "llama" && fp.kv_bytes == 2ull * 2 * 3 * 2 * 100 * 64 * 2 && fp.weight_bytes > 0 && fp.scratch_bytes > 0,
+         "cuda_footprint: K and V of 2 layers x 3 slots x 2 KV heads x 100 positions x 64 f16");
+#else
+  const std::string err = refusal(img);
+  expect(err.find("this build has no CUDA model") != std::string::npos, "device cuda in a CPU build: " + err);
+#endif
+}
+
 void check_sampling() {
   const int V = 1000;
   std::vector<float> l(V);
@@ -110,6 +151,7 @@ int run_selftest() {
   failures = 0;
   for (GgmlType t : kTypes) check_model("qwen3-tiny", t);
   for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0}) check_model("llama-tiny", t);
+  check_device_refusals();
   check_sampling();
   check_json();
   std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "pass", failures);

@@ -58,7 +58,7 @@ export type FromWorker =
 /** Exit status after a fault (EX_SOFTWARE). */
 const FAULT_EXIT = 70;
 /** Exit status after a device fault (a CUDA error in a step): the device context is gone with the process. */
-export const DEVICE_FAULT_EXIT = 71;
+const DEVICE_FAULT_EXIT = 71;
 
 /**
  * The state point in tokens: the common token prefix of the prompt and its first
