@@ -237,6 +237,13 @@ CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch
   if (d_.D % 32 != 0)
     throw key_error(cfg_.arch, cfg_.arch + ".embedding_length", "is " + std::to_string(d_.D),
                     "a multiple of 32 on CUDA (rows are gathered in 32-value blocks)");
+  // What the attention kernels are built for (attention.cuh): a start-up error, not a failed step.
+  if (d_.Dh != 64 && d_.Dh != 128 && d_.Dh != 256)
+    throw key_error(cfg_.arch, cfg_.arch + ".attention.key_length", "gives a head dim of " + std::to_string(d_.Dh),
+                    "64, 128 or 256 on CUDA");
+  if (d_.Hk <= 0 || d_.H % d_.Hk != 0 || d_.H / d_.Hk > 32)
+    throw key_error(cfg_.arch, cfg_.arch + ".attention.head_count_kv", "is " + std::to_string(d_.Hk) + " for " + std::to_string(d_.H) + " heads",
+                    "a divisor of the head count, at most 32 query heads per KV head on CUDA");
   for (int il = 0; il < d_.L; il++)
     for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
       const std::string name = WeightLoader::blk(il) + b;
@@ -247,9 +254,12 @@ CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch
   // Every matrix checked (shape, type) before anything is allocated on the device.
   const WeightLoader w(f, cfg_);
   auto check_cuda_type = [&](const std::string& name, const QMatrix& m) {
-    if (!cuda::supported(m.type) || m.K % ggml_block_elems(m.type) != 0)
+    if (!cuda::supported(m.type))
       throw tensor_error(cfg_.arch, name, std::string("has type ") + ggml_type_name(m.type),
                          "one the CUDA kernels read: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K");
+    if (m.K % 32 != 0 || m.K % ggml_block_elems(m.type) != 0)
+      throw tensor_error(cfg_.arch, name, "has rows of " + std::to_string(m.K) + " values",
+                         "a multiple of 32 and of the type's block on CUDA (the kernels read 32-value sub-blocks)");
   };
   token_embd_ = w.token_embd();
   output_ = w.output(token_embd_);
