@@ -8,9 +8,10 @@
 // (nvidia-cuda-nvcc-cu12 up to 12.9.86) ship ptxas alone, not the nvcc driver, cicc or the crt
 // headers; the CUDA 13.0 wheels ship the whole compiler and unpack into one toolkit-shaped
 // folder, nvidia/cu13/{bin,include,lib,nvvm}. 13.0 is also what the H200 machines here carry.
-// `--test` runs the harness's ctest entries afterwards. `--addon` also builds the Node addon against
-// the CUDA set (native/build-cuda/binding/mashbox_native.node, for MASHBOX_NATIVE_ADDON), whose
-// cudaProbe() backs `--device cuda`'s start-up check.
+// `--test` runs the harness's ctest entries afterwards. The Node addon is built against the CUDA set
+// too (native/build-cuda/binding/mashbox_native.node, for MASHBOX_NATIVE_ADDON): with it `mashbox
+// run --device cuda` runs the CUDA model. `--addon` (once needed for that) is still accepted.
+// MB_CUDA_BUILD_DIR picks another build folder.
 import { spawnSync } from "node:child_process";
 import { existsSync, symlinkSync, lstatSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -78,7 +79,7 @@ run("cmake", [
   "-S", here, "-B", build, "-DCMAKE_BUILD_TYPE=Release", "-DMB_CUDA=ON",
   `-DCMAKE_CUDA_COMPILER=${nvcc}`, `-DMB_NODE_EXEC=${process.execPath}`, `-DCUDAToolkit_ROOT=${toolkitRoot}`, `-DMB_CUDA_ARCHS=${archs}`,
 ]);
-const targets = ["mb_cuda", "cuda_harness", ...(args.includes("--addon") ? ["mashbox_native"] : [])];
+const targets = ["mb_cuda", "cuda_harness", "mashbox_native"];
 run("cmake", ["--build", build, "-j", jobs, "--target", ...targets]);
 if (args.includes("--test")) run("ctest", ["--test-dir", build, "--output-on-failure", "-R", "^cuda_"]);
 process.stdout.write(`build:cuda: done in ${((Date.now() - t0) / 1000).toFixed(0)} s (nvcc ${nvcc})\n`);

@@ -44,7 +44,7 @@ run options:
   --chat-template FILE Jinja chat template for the chat routes, instead of the model's own; a base
                        model without one (gemma3-270m) answers chat requests with 400 unless given.
   --device cpu|cuda    Where the model runs (default cpu). cuda needs a CUDA build (npm run
-                       build:cuda -- --addon) and runs llama and qwen3 models.
+                       build:cuda) and runs llama and qwen3 models.
 
 ${CONFORMANCE_OPTIONS}
 Environment:
@@ -218,7 +218,7 @@ async function checkDevice(device: "cpu" | "cuda"): Promise<{ addon: NativeAddon
   // An addon linked with the kernels but built before the CUDA model existed: refuse rather than
   // serve from the CPU behind the user's back.
   if (!addon.cudaArchitectures || !addon.cudaFootprint)
-    throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only. Use --device cpu, or rebuild with npm run build:cuda -- --addon.`);
+    throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only. Use --device cpu, or rebuild with npm run build:cuda.`);
   return { addon, probe: d };
 }
 

@@ -17,7 +17,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, 
 #ifdef MB_HAVE_CUDA
     return load_cuda(std::move(file), n_slots, n_ctx, max_batch);
 #else
-    throw std::runtime_error("model: device cuda: this build has no CUDA model (configure with -DMB_CUDA=ON: npm run build:cuda -- --addon)");
+    throw std::runtime_error("model: device cuda: this build has no CUDA model (configure with -DMB_CUDA=ON: npm run build:cuda)");
 #endif
   }
   using Factory = std::unique_ptr<Model> (*)(std::shared_ptr<GgufFile>, ModelConfig, const model_detail::Capacity&,
