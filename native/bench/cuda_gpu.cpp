@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,7 +24,9 @@
 #include "bench/cuda_model.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ref/ref.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/threadpool.h"
 
 namespace mb {
@@ -513,6 +518,96 @@ std::string bench(Model& m, int Tm, double weight_bytes, const HarnessArgs& a) {
   return out + "]";
 }
 
+// ---- the engine on the CUDA model: scheduler + Model(Device::cuda) on a real GGUF ----
+
+struct EngineRun {
+  std::map<uint64_t, std::vector<int32_t>> tokens;  // per request id, in order
+  std::map<uint64_t, std::string> finish;           // "stop" | "length" | ... | "error: ..."
+  int64_t graph_captures = 0, steps = 0;
+  double seconds = 0;
+};
+
+// Requests through the product's Scheduler exactly as the addon drives it: more requests than
+// slots (queueing, slots reused), the last two sharing a long prefix with the first two (prefix
+// reuse: a slot's own K/V kept, or copied from another slot on the device), greedy decoding.
+EngineRun run_engine(const std::shared_ptr<GgufFile>& f, std::shared_ptr<const Tokenizer> tok, Device device) {
+  constexpr int S = 4, C = 256, Tm = 64, kRequests = 6;
+  ThreadPool pool((int)std::max(1u, std::thread::hardware_concurrency()));
+  std::mutex mu;
+  std::condition_variable cv;
+  EngineRun r;
+  int done = 0;
+  SchedulerOptions o;
+  o.n_slots = S;
+  o.n_ctx = C;
+  o.max_batch = Tm;
+  const double t0 = now_s();
+  {
+    Scheduler s(Model::load(f, S, C, &pool, Tm, device), tok, o, [&](std::vector<EngineEvent>&& evs) {
+      std::lock_guard<std::mutex> lk(mu);
+      for (const auto& e : evs) {
+        if (e.kind == EngineEvent::Token) r.tokens[e.id].push_back(e.token);
+        if (e.kind == EngineEvent::Done) r.finish[e.id] = e.finish;
+        if (e.kind == EngineEvent::Error) r.finish[e.id] = "error: " + e.message;
+        if (e.kind == EngineEvent::Done || e.kind == EngineEvent::Error) done++;
+      }
+      cv.notify_all();
+    });
+    const std::string shared = "Once upon a time, in a small village by the sea, there lived";
+    for (int i = 0; i < kRequests; i++) {
+      EngineRequest q;
+      q.id = (uint64_t)i + 1;
+      const std::string ending[] = {" a fisher", " an old baker", " a tailor", " two cats"};
+      q.prompt = tok->encode(i % 4 < 2 ? shared + ending[i % 4 + (i >= 4 ? 2 : 0)] : "Request " + std::to_string(i) + ": count to ten.", true, false);
+      q.max_tokens = 24;
+      s.submit(std::move(q));
+    }
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(60), [&] { return done == kRequests; });
+    const SchedulerStats st = s.stats();
+    r.graph_captures = st.graph_captures;
+    r.steps = st.steps;
+  }
+  r.seconds = now_s() - t0;
+  return r;
+}
+
+// The same requests on the CPU backend and on the CUDA model: every CUDA request must finish
+// without an error, the decode steps must have been captured as graphs, and the first generated
+// token (a function of the prompt alone) must agree with the CPU's; how far each greedy
+// continuation agrees is reported (rounding may part two close candidates later on).
+void check_engine(Checks& c, const std::string& path, JsonLine& j) {
+  std::shared_ptr<GgufFile> f(GgufFile::open(path));
+  std::shared_ptr<const Tokenizer> tok(Tokenizer::from_gguf(*f));
+  const EngineRun cpu = run_engine(f, tok, Device::cpu);
+  const EngineRun gpu = run_engine(f, tok, Device::cuda);
+  int finished = 0, first_agree = 0, n = 0;
+  double prefix = 0;
+  std::string errors;
+  for (const auto& [id, fin] : cpu.finish) {
+    n++;
+    const auto g = gpu.finish.find(id);
+    if (g != gpu.finish.end() && g->second.rfind("error", 0) != 0) finished++;
+    else errors += (errors.empty() ? "" : "; ") + std::to_string(id) + ": " + (g == gpu.finish.end() ? "no end" : g->second);
+    // no Token event at all when the first token ends the request
+    const std::vector<int32_t> none;
+    const auto ia = cpu.tokens.find(id), ib = gpu.tokens.find(id);
+    const auto& a = ia == cpu.tokens.end() ? none : ia->second;
+    const auto& b = ib == gpu.tokens.end() ? none : ib->second;
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) k++;
+    first_agree += k > 0 || (a.empty() && b.empty());
+    prefix += (double)k / std::max<size_t>(1, a.size());
+  }
+  c.add("engine on cuda: every request finished (" + path + ")", n > 0 && finished == n, (double)finished);
+  if (!errors.empty()) j.str("engine_errors", errors);
+  c.add("engine on cuda: first token agrees with the CPU backend", n > 0 && first_agree * 5 >= n * 4, (double)first_agree / std::max(1, n));
+  c.add("engine on cuda: decode steps captured as CUDA graphs", gpu.graph_captures >= 1, (double)gpu.graph_captures);
+  j.num("engine_requests", n).num("engine_first_token_agree", (double)first_agree / std::max(1, n))
+      .num("engine_greedy_prefix_agree", prefix / std::max(1, n)).num("engine_graph_captures", (double)gpu.graph_captures)
+      .num("engine_steps", (double)gpu.steps).num("engine_cuda_s", gpu.seconds).num("engine_cpu_s", cpu.seconds);
+}
+
 // One [K=D, N=F] matmul at T = 512 through each GEMM that can take it (the evidence for the cuBLAS
 // choice on F16/BF16, and the WMMA kernel's own TFLOP/s), and the output matrix at T = 1 (hundreds
 // of MB, past the L2: the decode kernel's bandwidth).
@@ -623,6 +718,13 @@ int run_on_device(const HarnessArgs& a) {
         check_logits(c, m->arch, make_random_gguf(*m, a.seed, 0), a.steps, j);
       } catch (const std::exception& e) {
         c.add(m->arch + " logit parity raised: " + e.what(), false, NAN);
+      }
+    }
+    if (!a.engine_gguf.empty()) {
+      try {
+        check_engine(c, a.engine_gguf, j);
+      } catch (const std::exception& e) {
+        c.add(std::string("engine check raised: ") + e.what(), false, NAN);
       }
     }
     j.raw("checks", c.list + "]").num("checks_failed", c.failed).num("checks_s", now_s() - t0);

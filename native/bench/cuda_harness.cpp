@@ -4,7 +4,9 @@
 //   cuda_harness --selftest                 CPU-side checks only (ctest)
 //   cuda_harness [--shape qwen3-8b] [--wtype q4_k|bf16|...] [--gguf PATH] [--parity-layers N]
 //                [--steps N] [--prefill N] [--batches 1,8,32,64] [--iters N] [--seed N]
-//                [--only checks|bench]
+//                [--only checks|bench] [--engine-gguf PATH]
+//   --engine-gguf runs a real model (a test fixture) through the engine's scheduler on the CPU
+//   backend and on the CUDA model and compares them (checks phase).
 // Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments; 3 no usable CUDA device
 // (the JSON line says what the runtime reported); 4 this build has no CUDA (configure with
 // -DMB_CUDA=ON, npm run build:cuda).
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
       else if (k == "--shape") a.shape = val();
       else if (k == "--wtype") a.wtype = val();
       else if (k == "--gguf") a.gguf = val();
+      else if (k == "--engine-gguf") a.engine_gguf = val();
       else if (k == "--parity-layers") a.parity_layers = std::atoi(val());
       else if (k == "--steps") a.steps = std::atoi(val());
       else if (k == "--prefill") a.prefill = std::atoi(val());

@@ -10,6 +10,8 @@ struct HarnessArgs {
   std::string shape = "qwen3-8b";
   std::string wtype = "q4_k";        // q4_k | bf16 | any ggml type name the kernels read
   std::string gguf;                  // a real model instead of random weights
+  std::string engine_gguf;           // a real model (with its tokenizer) to run through the scheduler
+                                     // on the CPU and on the CUDA model (checks phase)
   int parity_layers = 2;             // layers of the model checked against the CPU backend
   int steps = 64;                    // teacher-forced decode steps checked
   int prefill = 512;                 // prompt length of the prefill benchmark

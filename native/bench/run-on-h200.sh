@@ -6,7 +6,9 @@
 # backend on a qwen3 and a llama shape (qwen3_* and llama_* keys) and checks its decode-step graph
 # capture. Writes to $OUT: env.txt, build.log, selftest.log, q4_k.json / q4_k.log, bf16.json /
 # bf16.log, smollm2.json / smollm2.log. About 6-8 min.
-#   run(command="bash native/bench/run-on-h200.sh", timeout_s=540)
+# With the (git-ignored, 30 MB) llama fixture carried along, the Q4_K run's checks also run it
+# through the engine's scheduler on the CPU backend and on the CUDA model (engine_* keys):
+#   run(command="bash native/bench/run-on-h200.sh", timeout_s=540, carry=["test/fixtures/llama-q8_0.gguf"])
 # Exit status: the Q4_K run's (0 all checks passed, 1 a check failed, 3 no CUDA device), or 10 when
 # the build failed, 11 when no nvcc was found.
 set -uo pipefail
@@ -50,7 +52,9 @@ echo "build: $(( $(date +%s) - t0 )) s"
 H="$B/bench/cuda_harness"
 "$H" --selftest > "$OUT/selftest.log" 2>&1; echo "selftest: exit $? ($(tail -1 "$OUT/selftest.log"))"
 
-timeout 200 "$H" --shape qwen3-8b --wtype q4_k --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 \
+ENGINE=()
+[ -f test/fixtures/llama-q8_0.gguf ] && ENGINE=(--engine-gguf test/fixtures/llama-q8_0.gguf)
+timeout 200 "$H" --shape qwen3-8b --wtype q4_k --parity-layers 2 --steps 64 --batches 1,8,32,64 --prefill 512 "${ENGINE[@]}" \
   > "$OUT/q4_k.json" 2> "$OUT/q4_k.log"
 rc=$?
 echo "q4_k: exit $rc"; grep -E "^FAIL" "$OUT/q4_k.log" | head -20; cat "$OUT/q4_k.json"
