@@ -523,15 +523,16 @@ std::string bench(Model& m, int Tm, double weight_bytes, const HarnessArgs& a) {
 struct EngineRun {
   std::map<uint64_t, std::vector<int32_t>> tokens;  // per request id, in order
   std::map<uint64_t, std::string> finish;           // "stop" | "length" | ... | "error: ..."
-  int64_t graph_captures = 0, steps = 0;
+  int64_t graph_captures = 0, steps = 0, cache_saved = 0, cache_restored = 0;
   double seconds = 0;
 };
 
 // Requests through the product's Scheduler exactly as the addon drives it: more requests than
 // slots (queueing, slots reused), the last two sharing a long prefix with the first two (prefix
-// reuse: a slot's own K/V kept, or copied from another slot on the device), greedy decoding.
+// reuse: a slot's own K/V kept, or copied from another slot on the device), greedy decoding, and
+// the host prompt cache on (a reused slot's K/V saved through kv_read, restored through kv_write).
 EngineRun run_engine(const std::shared_ptr<GgufFile>& f, std::shared_ptr<const Tokenizer> tok, Device device) {
-  constexpr int S = 4, C = 256, Tm = 64, kRequests = 6;
+  constexpr int S = 2, C = 256, Tm = 64, kRequests = 6;
   ThreadPool pool((int)std::max(1u, std::thread::hardware_concurrency()));
   std::mutex mu;
   std::condition_variable cv;
@@ -541,6 +542,8 @@ EngineRun run_engine(const std::shared_ptr<GgufFile>& f, std::shared_ptr<const T
   o.n_slots = S;
   o.n_ctx = C;
   o.max_batch = Tm;
+  o.cache_bytes = 64ull << 20;  // private memory
+  o.cache_namespace = "cuda_harness";
   const double t0 = now_s();
   {
     Scheduler s(Model::load(f, S, C, &pool, Tm, device), tok, o, [&](std::vector<EngineEvent>&& evs) {
@@ -567,6 +570,8 @@ EngineRun run_engine(const std::shared_ptr<GgufFile>& f, std::shared_ptr<const T
     const SchedulerStats st = s.stats();
     r.graph_captures = st.graph_captures;
     r.steps = st.steps;
+    r.cache_saved = st.host_cache.saved_tokens;
+    r.cache_restored = st.host_cache.restored_tokens;
   }
   r.seconds = now_s() - t0;
   return r;
@@ -605,7 +610,9 @@ void check_engine(Checks& c, const std::string& path, JsonLine& j) {
   c.add("engine on cuda: decode steps captured as CUDA graphs", gpu.graph_captures >= 1, (double)gpu.graph_captures);
   j.num("engine_requests", n).num("engine_first_token_agree", (double)first_agree / std::max(1, n))
       .num("engine_greedy_prefix_agree", prefix / std::max(1, n)).num("engine_graph_captures", (double)gpu.graph_captures)
-      .num("engine_steps", (double)gpu.steps).num("engine_cuda_s", gpu.seconds).num("engine_cpu_s", cpu.seconds);
+      .num("engine_steps", (double)gpu.steps).num("engine_cuda_s", gpu.seconds).num("engine_cpu_s", cpu.seconds)
+      .num("engine_cache_saved_tokens", (double)gpu.cache_saved).num("engine_cache_restored_tokens", (double)gpu.cache_restored)
+      .num("engine_cpu_cache_restored_tokens", (double)cpu.cache_restored);
 }
 
 // One [K=D, N=F] matmul at T = 512 through each GEMM that can take it (the evidence for the cuBLAS

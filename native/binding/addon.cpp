@@ -174,7 +174,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     so.cache_path = lo.cache_path;
     // The caller names the model, tokenizer and template; the K/V type is the model's to say, and
     // the kernel set's (their results differ in the last bits, and so would the K/V).
-    so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" + mb::kernels_backend();
+    so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" +
+                         (lo.device == mb::Device::cuda ? std::string("cuda") : mb::kernels_backend());
     loaded_->sched = std::make_unique<mb::Scheduler>(
         std::move(loaded_->model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
           std::lock_guard<std::mutex> lk(queue->mu);

@@ -161,6 +161,11 @@ class CudaModel final : public Model {
   }
   void kv_copy(int src, int dst, int n) override;
   size_t kv_bytes() const override { return 2 * size_t(d_.L) * d_.S * d_.Hk * d_.C * d_.Dh * sizeof(uint16_t); }
+  // The host prompt cache's layout, as the CPU models hand it out: per position [L][K, V][Hk][Dh] f16.
+  size_t kv_token_bytes() const override { return size_t(d_.L) * 2 * d_.Hk * d_.Dh * sizeof(uint16_t); }
+  std::string kv_type() const override { return "f16"; }
+  void kv_read(int slot, int pos, int n, uint8_t* dst) const override;
+  void kv_write(int slot, int pos, int n, const uint8_t* src) override;
   int64_t graph_captures() const override { return captures_; }
 
  private:
@@ -178,6 +183,9 @@ class CudaModel final : public Model {
   };
 
   void validate(const Batch& b);
+  // Copies positions [pos, pos + n) of a slot between the device cache and token-major host rows
+  // (kv_token_bytes() each): one strided copy per (layer, K or V, KV head).
+  void kv_transfer(int slot, int pos, int n, uint8_t* host, bool to_host) const;
   int run_chunk(const Batch& b, int t0, int T, float* out);  // returns the rows whose logits it wrote
   void enqueue_layers(int T, int max_keys, bool decode);     // x [T, D] through every layer
   void enqueue_logits(int w0, int n);                        // logits [n, V] of wanted rows w0..
@@ -588,6 +596,38 @@ void CudaModel::kv_copy(int src, int dst, int n) {
     throw DeviceError(std::string("device cuda: ") + e.what());
   }
   slot_len_[dst] = n;
+}
+
+void CudaModel::kv_transfer(int slot, int pos, int n, uint8_t* host, bool to_host) const {
+  const size_t row = size_t(d_.Dh) * sizeof(uint16_t), token = kv_token_bytes();
+  try {
+    for (int il = 0; il < d_.L && n > 0; il++)
+      for (int kv = 0; kv < 2; kv++)
+        for (int g = 0; g < d_.Hk; g++) {
+          uint16_t* dev = (kv ? v_cache_ : k_cache_)[il].get() + ((size_t(slot) * d_.Hk + g) * d_.C + pos) * d_.Dh;
+          uint8_t* h = host + ((size_t(il) * 2 + kv) * d_.Hk + g) * row;
+          if (to_host)
+            cuda::check((int)cudaMemcpy2DAsync(h, token, dev, row, row, size_t(n), cudaMemcpyDeviceToHost, st_), "kv_read");
+          else
+            cuda::check((int)cudaMemcpy2DAsync(dev, row, h, token, row, size_t(n), cudaMemcpyHostToDevice, st_), "kv_write");
+        }
+    cuda::sync(st_);
+  } catch (const std::exception& e) {
+    throw DeviceError(std::string("device cuda: ") + e.what());
+  }
+}
+
+void CudaModel::kv_read(int slot, int pos, int n, uint8_t* dst) const {
+  if (slot < 0 || slot >= d_.S) throw std::out_of_range("model: kv_read slot out of range");
+  if (pos < 0 || n < 0 || pos + n > slot_len_[slot]) throw std::out_of_range("model: kv_read beyond the slot's length");
+  kv_transfer(slot, pos, n, dst, true);
+}
+
+void CudaModel::kv_write(int slot, int pos, int n, const uint8_t* src) {
+  if (slot < 0 || slot >= d_.S) throw std::out_of_range("model: kv_write slot out of range");
+  if (pos < 0 || n < 0 || pos > slot_len_[slot] || pos + n > d_.C) throw std::out_of_range("model: kv_write outside the slot");
+  kv_transfer(slot, pos, n, const_cast<uint8_t*>(src), false);  // read only: the host side is the source
+  slot_len_[slot] = pos + n;
 }
 
 }  // namespace
