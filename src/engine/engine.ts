@@ -125,6 +125,8 @@ class WorkerEngine implements ManagedEngine {
   private nativeStats: NativeStats | null = null;
   /** The running worker's graph_captures when it became ready: later ones are compiles after ready. */
   private capturesAtReady = 0;
+  /** Compiles after ready of the workers that came before the running one. */
+  private compilesOfPastWorkers = 0;
   /** What the running worker reported about its programs and model (Health). */
   private identity: Pick<EngineStats, "deployment_id" | "component_set_sha" | "certification" | "compiles_after_ready"> = {};
   /** The host cache file this engine made (removed on close); null when given or off. */
@@ -212,6 +214,7 @@ class WorkerEngine implements ManagedEngine {
    */
   private onWorkerDown(): void {
     this.state = this.state === "loading" ? "loading" : "restarting";
+    this.compilesOfPastWorkers = this.compilesAfterReady(); // as last reported by the worker now gone
     for (const job of this.jobs.values()) {
       if (job.finished) continue;
       if (!job.output_sent && job.attempts < 2) this.resend.push(job);
@@ -219,6 +222,12 @@ class WorkerEngine implements ManagedEngine {
     }
     this.jobs.clear();
     this.nativeStats = null;
+  }
+
+  /** Graph captures (the only programs compiled while serving) since ready, over every worker. */
+  private compilesAfterReady(): number {
+    const n = this.nativeStats;
+    return this.compilesOfPastWorkers + (n ? Math.max(0, (n.graph_captures ?? 0) - this.capturesAtReady) : 0);
   }
 
   private failAll(code: ErrorCode, message: string): void {
@@ -575,9 +584,7 @@ class WorkerEngine implements ManagedEngine {
           }
         : {}),
       ...this.identity,
-      // Summed over restarts would need the dead worker's count; a restarted worker starts from 0
-      // captures, and what it captures after its ready counts.
-      ...(n && this.identity.compiles_after_ready !== undefined ? { compiles_after_ready: Math.max(0, (n.graph_captures ?? 0) - this.capturesAtReady) } : {}),
+      ...(this.identity.compiles_after_ready !== undefined ? { compiles_after_ready: this.compilesAfterReady() } : {}),
       worker_pid: this.state === "ready" ? this.worker.pid : null,
       worker_restarts: this.worker.restarts,
     };
