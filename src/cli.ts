@@ -271,6 +271,7 @@ async function cmdRun(args: string[]): Promise<number> {
     if (engineClose) await engineClose().catch(() => {});
     process.exit(code);
   };
+  let engineModel: { n_ctx_train: number } | undefined;
   process.once("SIGINT", () => void shutdown(130));
   process.once("SIGTERM", () => void shutdown(143));
 
@@ -299,6 +300,7 @@ async function cmdRun(args: string[]): Promise<number> {
     engineClose = () => engine.close();
     deferred.attach(engine);
     await engine.ready();
+    engineModel = engine.model; // replaced when the worker reports ready
   } catch (e) {
     process.stderr.write(`mashbox: ${(e as Error).message}\n`);
     await shutdown(1);
@@ -306,6 +308,12 @@ async function cmdRun(args: string[]): Promise<number> {
   }
   const where = cuda ? `on ${cuda.probe.name}` : `${cfg.n_threads} threads`;
   process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${where})\n`);
+  const trained = engineModel?.n_ctx_train ?? 0;
+  if (trained > 0 && cfg.n_ctx > trained)
+    process.stderr.write(
+      `mashbox: warning: --ctx ${cfg.n_ctx} is past ${model_id}'s training context (${trained} tokens); ` +
+        `what it writes after ${trained} tokens of conversation is unlikely to make sense (nothing rescales its positions)\n`,
+    );
   return new Promise<number>(() => {}); // serves until a signal
 }
 

@@ -77,6 +77,32 @@ describe("cli", function () {
     }
     expect(await exited).to.equal(143);
     expect(stderr).to.match(/ready/);
+    expect(stderr).not.to.match(/training context/);
+  });
+
+  it("run: warns when --ctx is past the model's training context (the fixture says 4096)", async () => {
+    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "5000"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr!.setEncoding("utf8");
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no warning after ready: ${stderr}`)), 60000);
+        child.stderr!.on("data", (d: string) => {
+          stderr += d;
+          if (/ready —[^\n]*\n[^\n]*\n/.test(stderr)) {
+            clearTimeout(t);
+            resolve();
+          }
+        });
+      });
+    } finally {
+      child.kill("SIGTERM");
+    }
+    await exited;
+    expect(stderr).to.match(/warning: --ctx 5000 is past \S+'s training context \(4096 tokens\)/);
   });
 
   it("run: exits 1 with the cause once its worker has died three times in a row (for the supervisor)", async () => {
