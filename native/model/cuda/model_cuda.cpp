@@ -25,6 +25,8 @@
 // width T seen before is captured as a CUDA graph and replayed from then on: its attention spans
 // the whole context C, so the launch shapes stay fixed while positions (device memory) move. The
 // first step of each width runs eagerly, which also warms cuBLAS up before anything is captured.
+// MB_CUDA_GRAPHS=0 in the environment at load runs every step eagerly (a driver whose graphs
+// misbehave can still serve).
 #include "model/cuda/model_cuda.h"
 
 #include <cuda_runtime.h>
@@ -32,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -148,7 +151,7 @@ std::string gib(size_t bytes) {
 
 class CudaModel final : public Model {
  public:
-  CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch& arch, int S, int C, int Tm);
+  CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch& arch, int S, int C, int Tm, bool graphs);
   ~CudaModel() override;
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -234,11 +237,13 @@ class CudaModel final : public Model {
   std::vector<int32_t> rows_host_;          // [<= Tm] the same, being built
 
   std::vector<Graph> graphs_;               // [Gm + 1] by step width T
+  bool use_graphs_;
   int64_t captures_ = 0;
 };
 
-CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch& arch, int S, int C, int Tm)
-    : file_(std::move(file)), cfg_(std::move(cfg)), arch_(arch), d_(dims_of(cfg_, S, C, Tm)) {
+CudaModel::CudaModel(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Arch& arch, int S, int C, int Tm,
+                     bool graphs)
+    : file_(std::move(file)), cfg_(std::move(cfg)), arch_(arch), d_(dims_of(cfg_, S, C, Tm)), use_graphs_(graphs) {
   cfg_.rope_neox = arch.rope_neox;
   const GgufFile& f = *file_;
   if (d_.F <= 0) throw key_error(cfg_.arch, cfg_.arch + ".feed_forward_length", "is " + std::to_string(d_.F), "a positive number");
@@ -485,7 +490,7 @@ int CudaModel::run_chunk(const Batch& b, int t0, int T, float* out) {
   const int nw = (int)rows_host_.size();
   if (nw > 0) cuda::upload(rows_.get(), rows_host_.data(), size_t(nw) * sizeof(int32_t), st_);
   const bool decode = T <= d_.Gm;
-  if (decode && nw == T) {
+  if (use_graphs_ && decode && nw == T) {
     Graph& g = graphs_[T];
     if (g.state == Graph::warm) capture(T);
     if (g.state == Graph::captured) {
@@ -651,7 +656,9 @@ std::unique_ptr<Model> load_cuda(std::shared_ptr<GgufFile> file, int n_slots, in
   if (n_slots < 1 || n_ctx < 1 || max_batch < 1) throw std::invalid_argument("model: slots, context and batch must be >= 1");
   const Arch& arch = arch_of(file->get_str("general.architecture", ""));
   ModelConfig cfg = read_config(*file);
-  return std::make_unique<CudaModel>(std::move(file), std::move(cfg), arch, n_slots, n_ctx, max_batch);
+  const char* graphs = std::getenv("MB_CUDA_GRAPHS");
+  return std::make_unique<CudaModel>(std::move(file), std::move(cfg), arch, n_slots, n_ctx, max_batch,
+                                     !(graphs && std::string(graphs) == "0"));
 }
 
 }  // namespace mb

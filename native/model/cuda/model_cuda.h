@@ -28,7 +28,7 @@ CudaFootprint cuda_footprint(const GgufFile& file, int n_slots, int n_ctx, int m
 // ones that run) when it is not one of cuda_architectures(), naming what was asked and found when
 // there is no device or the device's free memory is smaller than cuda_footprint(), and naming the
 // tensor for a weight type or shape the kernels do not take. A CUDA error inside forward() is
-// thrown as DeviceError.
+// thrown as DeviceError. MB_CUDA_GRAPHS=0 in the environment runs every step without CUDA graphs.
 std::unique_ptr<Model> load_cuda(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, int max_batch);
 
 }  // namespace mb
