@@ -5,13 +5,14 @@
 //   qwen2  RoPE on rotated halves (LLAMA_ROPE_TYPE_NEOX); Q/K/V biases required
 //
 // Dimension legend: T tokens in the chunk (<= Tm), D n_embd, H heads, Hk KV heads, Dh head dim,
-// F n_ff, V n_vocab, L layers.
+// F n_ff, V n_vocab, L layers, n rows carried through a layer (T; in the last, the wanted ones).
 //
 //   x = token_embd[token]                                              x [T, D]
 //   each layer:
 //     xn = rmsnorm(x) * attn_norm
 //     q, k, v = xn·Wq + bq, xn·Wk + bk, xn·Wv + bv                      q [T, H*Dh]  k, v [T, Hk*Dh]
 //     q, k = rope(q), rope(k);  k, v -> KV cache
+//     (last layer: from here on only the rows whose logits are wanted)
 //     x += attention(q, K, V)·Wo
 //     x += swiglu(rmsnorm(x) * ffn_norm)
 //   logits = (rmsnorm(x) * output_norm)·Wout                          [wanted rows, V]
@@ -31,25 +32,27 @@ class Llama final : public Transformer {
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
-    const int T = c.T;
     embed(c, x_);                                           // x [T, D]
+    Chunk r = c;  // the rows carried on: all of them, then in the last layer the wanted ones
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
-      rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
-      project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(T, [&](int t) {
+      rmsnorm_rows(xn_, x_, l.attn.norm, c.T);              // xn [T, D]
+      project_qkv(l.attn, xn_, c.T);                        // q [T, H*Dh], k, v [T, Hk*Dh]
+      par_for(c.T, [&](int t) {
         rope_heads(q_row(t), H_, c.pos[t]);
         rope_heads(k_row(t), Hk_, c.pos[t]);
         store_kv(il, c, t);
       });
-      attention(il, c, q_, att_);                           // att [T, H*Dh]
-      mm(l.attn.wo, att_, y_, T);                           // y [T, D]
-      add_rows(x_, y_, T);
-      rmsnorm_rows(xn_, x_, l.ffn.norm, T);                 // xn [T, D]
-      swiglu(l.ffn, xn_, y_, T);                            // y [T, D]
-      add_rows(x_, y_, T);
+      if (il == L_ - 1) r = wanted_rows(c, {{&x_, D_}, {&q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
+      if (r.T == 0) break;
+      attention(il, r, q_, att_);                           // att [n, H*Dh]
+      mm(l.attn.wo, att_, y_, r.T);                         // y [n, D]
+      add_rows(x_, y_, r.T);
+      rmsnorm_rows(xn_, x_, l.ffn.norm, r.T);               // xn [n, D]
+      swiglu(l.ffn, xn_, y_, r.T);                          // y [n, D]
+      add_rows(x_, y_, r.T);
     }
-    logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
+    logits_of_wanted(r, x_, logits);                        // [wanted rows, V]
   }
 
   struct Layer {

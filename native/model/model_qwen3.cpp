@@ -4,7 +4,7 @@
 // has them, as llama.cpp's build_qkv does.
 //
 // Dimension legend: T tokens in the chunk (<= Tm), D n_embd, H heads, Hk KV heads, Dh head dim,
-// F n_ff, V n_vocab, L layers.
+// F n_ff, V n_vocab, L layers, n rows carried through a layer (T; in the last, the wanted ones).
 //
 //   x = token_embd[token]                                              x [T, D]
 //   each layer:
@@ -12,6 +12,7 @@
 //     q, k, v = xn·Wq (+bq), xn·Wk (+bk), xn·Wv (+bv)                   q [T, H*Dh]  k, v [T, Hk*Dh]
 //     q, k = rmsnorm(each head) * q_norm, k_norm                        q_norm, k_norm [Dh]
 //     q, k = rope(q), rope(k);  k, v -> KV cache
+//     (last layer: from here on only the rows whose logits are wanted)
 //     x += attention(q, K, V)·Wo
 //     x += swiglu(rmsnorm(x) * ffn_norm)
 //   logits = (rmsnorm(x) * output_norm)·Wout                          [wanted rows, V]
@@ -35,27 +36,29 @@ class Qwen3 final : public Transformer {
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
-    const int T = c.T;
     embed(c, x_);                                           // x [T, D]
+    Chunk r = c;  // the rows carried on: all of them, then in the last layer the wanted ones
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
-      rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
-      project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(T, [&](int t) {
+      rmsnorm_rows(xn_, x_, l.attn.norm, c.T);              // xn [T, D]
+      project_qkv(l.attn, xn_, c.T);                        // q [T, H*Dh], k, v [T, Hk*Dh]
+      par_for(c.T, [&](int t) {
         rmsnorm_heads(q_row(t), H_, l.q_norm);
         rmsnorm_heads(k_row(t), Hk_, l.k_norm);
         rope_heads(q_row(t), H_, c.pos[t]);
         rope_heads(k_row(t), Hk_, c.pos[t]);
         store_kv(il, c, t);
       });
-      attention(il, c, q_, att_);                           // att [T, H*Dh]
-      mm(l.attn.wo, att_, y_, T);                           // y [T, D]
-      add_rows(x_, y_, T);
-      rmsnorm_rows(xn_, x_, l.ffn.norm, T);                 // xn [T, D]
-      swiglu(l.ffn, xn_, y_, T);                            // y [T, D]
-      add_rows(x_, y_, T);
+      if (il == L_ - 1) r = wanted_rows(c, {{&x_, D_}, {&q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
+      if (r.T == 0) break;
+      attention(il, r, q_, att_);                           // att [n, H*Dh]
+      mm(l.attn.wo, att_, y_, r.T);                         // y [n, D]
+      add_rows(x_, y_, r.T);
+      rmsnorm_rows(xn_, x_, l.ffn.norm, r.T);               // xn [n, D]
+      swiglu(l.ffn, xn_, y_, r.T);                          // y [n, D]
+      add_rows(x_, y_, r.T);
     }
-    logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
+    logits_of_wanted(r, x_, logits);                        // [wanted rows, V]
   }
 
   struct Layer {

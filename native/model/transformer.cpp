@@ -64,6 +64,10 @@ Transformer::Transformer(std::shared_ptr<GgufFile> file, const ModelConfig& cfg,
   gate_.assign((size_t)Tm_ * F_, 0.f);
   up_.assign((size_t)Tm_ * F_, 0.f);
   rows_.assign(Tm_, 0);
+  kept_token_.assign(Tm_, 0);
+  kept_pos_.assign(Tm_, 0);
+  kept_slot_.assign(Tm_, 0);
+  kept_want_.assign(Tm_, 1);
 
   // ~96 query rows per item: the kernel converts each key block once per item, so fewer rows
   // would spend more on conversion; more would leave too few items to share out in a chunk.
@@ -315,6 +319,21 @@ void Transformer::logits_of_wanted(const Chunk& c, const std::vector<float>& x, 
     rmsnorm(&xn_[(size_t)i * D_], &x[(size_t)rows_[i] * D_], output_norm_.data(), D_, cfg_.rms_eps);
   });
   matmul(output_, xn_.data(), logits, n, pool_, &mm_scratch_);
+}
+
+Chunk Transformer::wanted_rows(const Chunk& c, std::initializer_list<std::pair<std::vector<float>*, int>> bufs) {
+  int n = 0;
+  for (int t = 0; t < c.T; t++) {
+    if (!c.want[t]) continue;
+    kept_token_[n] = c.token[t];
+    kept_pos_[n] = c.pos[t];
+    kept_slot_[n] = c.slot[t];
+    if (n != t)  // n < t: row n was already moved, or not wanted
+      for (const auto& [buf, width] : bufs)
+        std::copy_n(buf->data() + (size_t)t * width, width, buf->data() + (size_t)n * width);
+    n++;
+  }
+  return Chunk{kept_token_.data(), kept_pos_.data(), kept_slot_.data(), kept_want_.data(), n};
 }
 
 }  // namespace model_detail

@@ -110,6 +110,11 @@ class Transformer : public Model {
                    std::vector<float>& res);
   // logits[n_wanted, V] = (rmsnorm(x[t]) * output_norm) · output^T for the wanted rows only.
   void logits_of_wanted(const Chunk& c, const std::vector<float>& x, float* logits);
+  // The last layer, once every row's K and V are stored, only matters for the rows whose logits
+  // are wanted (one row in a prompt's last chunk, none in the others): moves those rows of each
+  // (buffer, row width) to the front, in order, and returns the chunk of just them. Rows do not
+  // depend on each other, so they get the same bits as with the whole chunk.
+  Chunk wanted_rows(const Chunk& c, std::initializer_list<std::pair<std::vector<float>*, int>> bufs);
 
   std::shared_ptr<GgufFile> file_;
   ModelConfig cfg_;
@@ -148,6 +153,8 @@ class Transformer : public Model {
   }
 
   std::vector<int> rows_;                   // [Tm] rows whose logits are wanted
+  std::vector<int32_t> kept_token_, kept_pos_, kept_slot_;  // [Tm] wanted_rows' chunk
+  std::vector<uint8_t> kept_want_;                          // [Tm]
   MatmulScratch mm_scratch_;                // quantized activations of the current matmul
 
   // Attention work: one item per (run of <= Bq consecutive positions of one slot, KV head).
