@@ -131,9 +131,9 @@ void certify_attention(Gate& g, const KernelTable& kt) {
   std::vector<float> want(size_t(R * Dh)), got(size_t(R * Dh));
   std::vector<float> s1(ref_table().attention_scratch(R, Dh, N)), s2(kt.attention_scratch(R, Dh, N));
   ref_table().attention(q.data(), size_t(G * Dh), k.data(), v.data(), want.data(), size_t(G * Dh), n, G, Dh, p0,
-                        scale, s1.data());
-  kt.attention(q.data(), size_t(G * Dh), k.data(), v.data(), got.data(), size_t(G * Dh), n, G, Dh, p0, scale,
-               s2.data());
+                        scale, 0, nullptr, s1.data());
+  kt.attention(q.data(), size_t(G * Dh), k.data(), v.data(), got.data(), size_t(G * Dh), n, G, Dh, p0, scale, 0,
+               nullptr, s2.data());
   for (size_t i = 0; i < got.size(); i++) {
     if (!(std::fabs(got[i] - want[i]) <= 2e-3f)) {
       char msg[128];

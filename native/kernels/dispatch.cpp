@@ -212,8 +212,8 @@ void gelu_mul(float* gate, const float* up, int n) { kq::active_table().gelu_mul
 void softmax(float* x, int n) { kq::active_table().softmax(x, n); }
 void add(float* out, const float* a, int n) { kq::ref::add(out, a, n); }
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch) {
-  kq::active_table().attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch);
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch) {
+  kq::active_table().attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch);
 }
 size_t attention_scratch_floats(int n, int G, int Dh, int n_keys) {
   return kq::active_table().attention_scratch(n * G, Dh, n_keys);

@@ -21,9 +21,10 @@ using DotFn = float (*)(int64_t k, const void* w, const void* x);
 // block of weights is unpacked once and used for several tokens.
 using TileFn = void (*)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* x,
                         size_t x_stride, int nt, float* y, size_t ldy);
-// Causal attention of a run of query positions against one KV head (see mb::attention).
+// Causal attention of a run of query positions against one KV head, with an optional window and
+// sinks (see mb::attention).
 using AttnFn = void (*)(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
-                        int n, int G, int Dh, int p0, float scale, float* scratch);
+                        int n, int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 // Floats of scratch that AttnFn needs for R = n * G query rows over N keys.
 using AttnScratchFn = size_t (*)(int R, int Dh, int N);
 

@@ -70,8 +70,13 @@ void add(float* out, const float* a, int n);        // out += a
 // r = i*G + h (position p0 + i, head h); N >= p0 + n keys the scratch is sized for; keys and
 // values at positions [0, p0 + n).
 //
-// Causal attention of those rows against one KV head:
-//   out[i][h] = sum_{j <= p0+i} softmax_j(scale * f16(q[i][h]) . k[j]) * v[j]
+// Causal attention of those rows against one KV head, optionally over a sliding window of W keys
+// and with a sink logit per head:
+//   out[i][h] = sum_{lo_i <= j <= p0+i} softmax_j(scale * f16(q[i][h]) . k[j]; sink[h]) * v[j]
+// where lo_i = max(0, p0 + i - W + 1) (0 when W = 0: no window) and the sink, when given, joins
+// the softmax's max and denominator (exp(sink - max)) but has no value, as llama.cpp's
+// soft_max_ext and flash_attn_ext take their sinks. Key blocks wholly before every row's window
+// are never read.
 // Numerics depend on the kernel set (MB_KERNELS forces one):
 //  - ref and avx2: bit for bit llama.cpp's non-flash attention on the CPU (ggml-cpu's AVX-512
 //    build, as node-llama-cpp runs it) for a batch of two or more tokens: scores summed as its f16
@@ -87,11 +92,18 @@ void add(float* out, const float* a, int n);        // out += a
 //    but not picked: it leaves that spread.)
 // Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
 // p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
+// Every kernel takes the keys in blocks of kAttentionKeyAlign from key 0, so a caller with a
+// window may pass a cache from any position that is a multiple of it (p0 and the keys shifted
+// alike) and get the same bits as with the whole cache; keys before every row's window may then
+// hold anything finite (they are masked, never used).
 //   q       [n][G][Dh] f32; ldq floats between positions, heads of one position Dh apart
 //   k, v    [p0+n][Dh] f16 bits, positions Dh apart
 //   out     [n][G][Dh] f32; ldo floats between positions
+//   window  W, 0 for none
+//   sinks   [G] logits, one per query head of the call; nullptr for none
 //   scratch attention_scratch_floats(n, G, Dh, N) floats, private to this call
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch);
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t attention_scratch_floats(int n, int G, int Dh, int n_keys);
+constexpr int kAttentionKeyAlign = 64;
 }  // namespace mb

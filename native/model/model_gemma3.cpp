@@ -88,9 +88,11 @@ class Gemma3 final : public Transformer {
     Bq_ = std::max(1, std::min(Tm_, 96 / G_));
     items_.reserve((size_t)Tm_ * Hk_);
     const int P = pool_ ? pool_->size() : 1;
-    scratch_n_ = attention_scratch_floats(Bq_, G_, Dh_, Lg_ > 0 ? C_ : R_);
+    // a local call's keys: [its window's aligned start, its last position], < R + kAttentionKeyAlign
+    const int local_keys = R_ + kAttentionKeyAlign;
+    scratch_n_ = attention_scratch_floats(Bq_, G_, Dh_, std::max(Lg_ > 0 ? C_ : 0, local_keys));
     scratch_.assign((size_t)P * scratch_n_, 0.f);
-    gather_n_ = Ls_ > 0 ? (size_t)2 * R_ * Dh_ : 0;
+    gather_n_ = Ls_ > 0 ? (size_t)2 * local_keys * Dh_ : 0;
     gather_.assign((size_t)P * gather_n_, 0);
   }
 
@@ -262,40 +264,34 @@ class Gemma3 final : public Transformer {
     float* out = &att_[(size_t)it.t0 * HD_ + (size_t)it.g * G_ * Dh_];
     if (!l.local) {
       mb::attention(q, HD_, global_k(l.cache, s, it.g), global_v(l.cache, s, it.g), out, HD_, it.n, G_, Dh_, p0, 1.0f,
-                scratch);
+                    0, nullptr, scratch);
       return;
     }
-    // Keys [lo0, p0 + n) in position order: in place unless they wrap around the ring's end.
+    // One windowed call over keys [base, p0 + n) in position order, base the first row's window
+    // start rounded down to kAttentionKeyAlign: the kernel then blocks the keys as it would the
+    // whole context, so a row's bits do not depend on where its chunk or item began. Positions
+    // in [base, lo0) are masked; the ring may have reused their cells (anything finite will do).
+    // In place unless the span wraps around the ring's end.
     const int W = gp_.n_swa;
-    const int lo0 = std::max(0, p0 - W + 1), len = p0 + it.n - lo0;
-    const int r0 = lo0 % R_;
-    const uint16_t* k = local_k(l.cache, s, it.g) + (size_t)r0 * Dh_;
-    const uint16_t* v = local_v(l.cache, s, it.g) + (size_t)r0 * Dh_;
-    if (r0 + len > R_) {
-      const size_t head = (size_t)(R_ - r0) * Dh_, tail = (size_t)(len - (R_ - r0)) * Dh_;
-      uint16_t* gk = gather;                      // [len][Dh]
-      uint16_t* gv = gather + (size_t)R_ * Dh_;   // [len][Dh]
-      std::memcpy(gk, k, head * 2);
-      std::memcpy(gk + head, local_k(l.cache, s, it.g), tail * 2);
-      std::memcpy(gv, v, head * 2);
-      std::memcpy(gv + head, local_v(l.cache, s, it.g), tail * 2);
+    const int lo0 = std::max(0, p0 - W + 1);
+    const int base = lo0 / kAttentionKeyAlign * kAttentionKeyAlign, len = p0 + it.n - base;
+    const uint16_t* ring_k = local_k(l.cache, s, it.g);  // [R][Dh]
+    const uint16_t* ring_v = local_v(l.cache, s, it.g);  // [R][Dh]
+    const uint16_t* k = ring_k + (size_t)(base % R_) * Dh_;
+    const uint16_t* v = ring_v + (size_t)(base % R_) * Dh_;
+    if (base % R_ + len > R_) {
+      uint16_t* gk = gather;                                                   // [len][Dh]
+      uint16_t* gv = gather + (size_t)(R_ + kAttentionKeyAlign) * Dh_;         // [len][Dh]
+      for (int x = 0; x < len;) {
+        const int r = (base + x) % R_, m = std::min(len - x, R_ - r);
+        std::memcpy(gk + (size_t)x * Dh_, ring_k + (size_t)r * Dh_, (size_t)m * Dh_ * 2);
+        std::memcpy(gv + (size_t)x * Dh_, ring_v + (size_t)r * Dh_, (size_t)m * Dh_ * 2);
+        x += m;
+      }
       k = gk;
       v = gv;
     }
-    // Positions below W see every key from 0: one causal call. Each later one sees its own
-    // window [p - W + 1, p], a causal call of one query whose keys start at the window.
-    int i = 0;
-    if (lo0 == 0) {
-      const int m = std::max(0, std::min(it.n, W - p0));
-      if (m > 0) mb::attention(q, HD_, k, v, out, HD_, m, G_, Dh_, p0, 1.0f, scratch);
-      i = m;
-    }
-    for (; i < it.n; i++) {
-      const int p = p0 + i, lo = p - W + 1;
-      const size_t off = (size_t)(lo - lo0) * Dh_;
-      mb::attention(q + (size_t)i * HD_, HD_, k + off, v + off, out + (size_t)i * HD_, HD_, 1, G_, Dh_, W - 1, 1.0f,
-                scratch);
-    }
+    mb::attention(q, HD_, k, v, out, HD_, it.n, G_, Dh_, p0 - base, 1.0f, W, nullptr, scratch);
   }
 
   Gemma3Params gp_;
@@ -313,7 +309,7 @@ class Gemma3 final : public Transformer {
   size_t scratch_n_;                 // floats of kernel scratch per thread
   std::vector<float> scratch_;       // [P][scratch_n_]
   size_t gather_n_;                  // f16 values per thread for a wrapped window's K and V
-  std::vector<uint16_t> gather_;     // [P][2][R][Dh]
+  std::vector<uint16_t> gather_;     // [P][2][R + kAttentionKeyAlign][Dh]
 };
 
 }  // namespace

@@ -115,32 +115,6 @@ void rope_neox_with(float* x, int n_heads, int Dh, int n_dims, const float* cs) 
   }
 }
 
-// f rounded to the nearest binary16 (as ggml converts for an f16 operand), back in f32.
-float f16_round(float f) {
-  const uint32_t h = f32_to_f16(f);
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in f32
-    const float v = (float)man * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
-  else bits = sign | ((exp + 112) << 23) | (man << 13);
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
-
-// a[n] . b[n] in eight running sums (vectorizable without reassociating one chain)
-float dot8(const float* a, const float* b, int n) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int d = 0;
-  for (; d + 8 <= n; d += 8)
-    for (int l = 0; l < 8; l++) lane[l] += a[d + l] * b[d + l];
-  for (; d < n; d++) lane[d & 7] += a[d] * b[d];
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-}
-
 class GptOss final : public Transformer {
  public:
   GptOss(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
@@ -178,9 +152,6 @@ class GptOss final : public Transformer {
     xe_.assign((size_t)Tm_ * D_, 0.f);
     ye_.assign((size_t)Tm_ * D_, 0.f);
     angles_.assign((size_t)Tm_ * cfg_.rope_dim, 0.f);
-    const int P = pool_ ? pool_->size() : 1;
-    att_scratch_n_ = (size_t)G_ * C_ + (size_t)Dh_ + (size_t)G_ * Dh_;
-    att_scratch_.assign((size_t)P * att_scratch_n_, 0.f);
   }
 
  private:
@@ -199,7 +170,8 @@ class GptOss final : public Transformer {
         rope_neox_with(k_row(t), Hk_, Dh_, cfg_.rope_dim, cs);
         store_kv(il, c, t);
       });
-      attention_with_sinks(il, c, l);                       // att [T, H*Dh]
+      // the kernel's window and sinks: llama.cpp's soft_max_ext (or flash_attn_ext) with sinks
+      attention(il, c, q_, att_, 0.f, l.windowed ? window_ : 0, l.sinks.data());  // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
       par_for(T, [&](int t) { add(&y_[(size_t)t * D_], l.bo.data(), D_); });
       add_rows(x_, y_, T);
@@ -303,64 +275,6 @@ class GptOss final : public Transformer {
     }
   }
 
-  // att[t, h] = sum_j p_j v_j over the keys row t sees (its window on a windowed layer), where
-  // p = softmax over [scale * q·k_j ..., sink_h] without the sink's entry: the arithmetic of
-  // llama.cpp's plain (non-flash) path: q rounded to f16 for the f16 keys, scores and softmax in
-  // f32 (the sink raises the max and the sum), probabilities rounded to f16 for the product with
-  // the f16 values. One work item per (row, KV head): its G query heads share each key row.
-  void attention_with_sinks(int il, const Chunk& c, const Layer& l) {
-    const float scale = 1.0f / std::sqrt((float)Dh_);
-    const int n_items = c.T * Hk_;
-    auto run = [&](int item, float* scratch) {
-      const int t = item / Hk_, g = item % Hk_;
-      const int pos = c.pos[t];
-      const int j0 = l.windowed ? std::max(0, pos - window_ + 1) : 0;
-      const int n = pos + 1 - j0;                           // keys [j0, pos]
-      const uint16_t* kc = k_cache_of(il, c.slot[t], g);    // [C][Dh] f16
-      const uint16_t* vc = v_cache_of(il, c.slot[t], g);    // [C][Dh] f16
-      float* s = scratch;                                   // [G][n] scores, then probabilities
-      float* row = s + (size_t)G_ * C_;                     // [Dh] one key or value row in f32
-      float* qh = row + Dh_;                                // [G][Dh] the group's queries, f16-rounded
-      for (int h = 0; h < G_; h++)
-        for (int d = 0; d < Dh_; d++) qh[h * Dh_ + d] = f16_round(q_row(t)[(g * G_ + h) * Dh_ + d]);
-      for (int j = 0; j < n; j++) {
-        dequantize_row(QMatrix{GgmlType::F16, Dh_, 1, (const uint8_t*)(kc + (size_t)(j0 + j) * Dh_)}, 0, row);
-        for (int h = 0; h < G_; h++) {
-          s[(size_t)h * n + j] = dot8(&qh[h * Dh_], row, Dh_) * scale;
-        }
-      }
-      for (int h = 0; h < G_; h++) {
-        float* sh = &s[(size_t)h * n];
-        const float sink = l.sinks[g * G_ + h];
-        float mx = sink;
-        for (int j = 0; j < n; j++) mx = std::max(mx, sh[j]);
-        double sum = 0;
-        for (int j = 0; j < n; j++) sum += sh[j] = std::exp(sh[j] - mx);
-        sum += std::exp(sink - mx);
-        const float inv = (float)(1.0 / sum);
-        for (int j = 0; j < n; j++) sh[j] = f16_round(sh[j] * inv);
-        float* out = &att_[(size_t)t * HD_ + (size_t)(g * G_ + h) * Dh_];
-        std::fill(out, out + Dh_, 0.f);
-      }
-      for (int j = 0; j < n; j++) {
-        dequantize_row(QMatrix{GgmlType::F16, Dh_, 1, (const uint8_t*)(vc + (size_t)(j0 + j) * Dh_)}, 0, row);
-        for (int h = 0; h < G_; h++) {
-          const float p = s[(size_t)h * n + j];
-          float* out = &att_[(size_t)t * HD_ + (size_t)(g * G_ + h) * Dh_];
-          for (int d = 0; d < Dh_; d++) out[d] += p * row[d];
-        }
-      }
-    };
-    const int nth = pool_ ? pool_->size() : 1;
-    if (nth <= 1 || n_items <= 1) {
-      for (int i = 0; i < n_items; i++) run(i, att_scratch_.data());
-      return;
-    }
-    pool_->run([&](int ith, int nt) {
-      for (int i = ith; i < n_items; i += nt) run(i, &att_scratch_[(size_t)ith * att_scratch_n_]);
-    });
-  }
-
   const int E_, Ek_;
   const Yarn yarn_;
   int window_ = 0;                    // W
@@ -373,8 +287,6 @@ class GptOss final : public Transformer {
   std::vector<float> xe_;             // [Tm, D] their inputs, gathered
   std::vector<float> ye_;             // [Tm, D] the expert's outputs
   std::vector<float> angles_;         // [Tm, Dh] YaRN cos/sin per row
-  size_t att_scratch_n_ = 0;          // floats per thread: G*C scores, a Dh row, G*Dh queries
-  std::vector<float> att_scratch_;    // [P][att_scratch_n_]
   MatmulScratch scratch_;             // the experts' quantized activations
 };
 

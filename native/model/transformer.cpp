@@ -225,7 +225,7 @@ void Transformer::store_kv(int il, const Chunk& c, int t) {
 // A row's result does not depend on how its run was cut (see mb::attention), so neither does it
 // depend on the rest of the batch.
 void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att,
-                            float kq_scale) {
+                            float kq_scale, int window, const float* sinks) {
   const int T = c.T;
   const float scale = kq_scale != 0.f ? kq_scale : 1.0f / std::sqrt((float)Dh_);
   std::vector<AttnItem>& items = attn_items_;  // reserved for Tm * Hk: no allocation
@@ -234,7 +234,7 @@ void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q,
     int t1 = t0 + 1;
     while (t1 < T && t1 - t0 < Bq_ && c.slot[t1] == c.slot[t0] && c.pos[t1] == c.pos[t1 - 1] + 1) t1++;
     const int n = t1 - t0;
-    const double cost = (double)n * G_ * (c.pos[t0] + n);
+    const double cost = (double)n * G_ * (window > 0 ? std::min(c.pos[t0], window) + n : c.pos[t0] + n);
     for (int g = 0; g < Hk_; g++) items.push_back({t0, n, g, cost});
     t0 = t1;
   }
@@ -243,7 +243,7 @@ void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q,
     const size_t off = kv_index(il, c.slot[it.t0], it.g, 0);
     const size_t qo = (size_t)it.t0 * HD_ + (size_t)it.g * G_ * Dh_;  // first head of the group
     mb::attention(&q[qo], HD_, &k_cache_[off], &v_cache_[off], &att[qo], HD_, it.n, G_, Dh_, c.pos[it.t0], scale,
-                  scratch);
+                  window, sinks ? sinks + (size_t)it.g * G_ : nullptr, scratch);
   };
   const int n_items = (int)items.size();
   const int nth = pool_ ? pool_->size() : 1;

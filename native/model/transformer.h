@@ -92,13 +92,12 @@ class Transformer : public Model {
   void rope_heads(float* x, int n_heads, int pos) const;
   // Row t's k, v [Hk*Dh] into layer il's cache at its (slot, pos), rounded to f16.
   void store_kv(int il, const Chunk& c, int t);
-  // Layer il's cached K or V of one (slot, KV head): [C][Dh] f16, for an architecture whose
-  // attention the kernel does not cover (gpt-oss: sinks, sliding window).
-  const uint16_t* k_cache_of(int il, int slot, int g) const { return &k_cache_[kv_index(il, slot, g, 0)]; }
-  const uint16_t* v_cache_of(int il, int slot, int g) const { return &v_cache_[kv_index(il, slot, g, 0)]; }
   // att[T, H*Dh] = causal softmax(q·K^T / sqrt(Dh)) · V of each row against its slot's cache.
-  // kq_scale 0 means 1/sqrt(Dh); an architecture that scales q itself (phi3) passes 1.
-  void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att, float kq_scale = 0.f);
+  // kq_scale 0 means 1/sqrt(Dh); an architecture that scales q itself (phi3) passes 1. window > 0:
+  // a row at p sees only keys [p - window + 1, p]; sinks [H]: a logit per head that joins the
+  // softmax without a value (gpt-oss); see mb::attention.
+  void attention(int il, const Chunk& c, const std::vector<float>& q, std::vector<float>& att, float kq_scale = 0.f,
+                 int window = 0, const float* sinks = nullptr);
   // out[T, D] = (silu(xn·Wgate) * (xn·Wup)) · Wdown, through gate_ and up_.
   void swiglu(const SwiGluWeights& w, const std::vector<float>& xn, std::vector<float>& out, int T);
   // MoE routing of one token: probs[E] = softmax(router logits) in place; sel[Ek] = the Ek

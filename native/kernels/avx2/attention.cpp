@@ -15,6 +15,10 @@
 // element then serves that group alone. Either way every score and output sees the same
 // operations in the same order whatever the number of rows, the row's place in its group or where
 // the call's last block ends: that is what makes a row independent of its batch.
+// A sliding window masks the keys before each row's first like those past its position (exact
+// zeros in every sum), and the blocks before the first row's window are skipped: their zeros would
+// change no bit. A sink joins each row's max after sweep 1 and its sum after sweep 2, as ggml's
+// soft_max does.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@ namespace {
 // multiples of kAttnKeyBlock (a multiple of 16) from key 0 whatever the call, so each block holds
 // whole 16-key chunks of the reference's softmax sums and output chains.
 constexpr int kAttnKeyBlock = 64;
+static_assert(kAttentionKeyAlign % kAttnKeyBlock == 0, "a caller's aligned start must start a block");
 // Scratch of the tiled attention for R query rows over N keys, nb = ceil(N / kAttnKeyBlock)
 // blocks, in floats:
 //   qt [R][Dh] rows rounded to f16      ch [R][attn_ch_row] each output's 16 partial sums ([Dh/8][16][8])
@@ -261,10 +266,13 @@ struct AttnCall {
   const uint16_t* kh;       // this block's keys in the cache (direct mode)
   const float* tail;        // [4][Dh] keys [nk & ~3, nk) of this block, padded (direct mode)
   int R, Dh, G, p0, N, nb, blk, k0, nk;
+  int window;               // W, 0 for none
   float scale;
   bool direct;
   float* e_at(int r) const { return e + ((size_t)blk * R + r) * kAttnKeyBlock; }
   int last(int r) const { return p0 + r / G - k0; }  // row r's own position, as an index in the block
+  // row r's first key (its window's start), as an index in the block (<= 0 when it precedes it)
+  int first(int r) const { return window > 0 ? std::max(0, p0 + r / G - window + 1) - k0 : -k0; }
 };
 
 // sweep 1 for a group of rows: masked scores into e, running maxes
@@ -283,13 +291,15 @@ inline void attn_group_keys(const AttnCall& c, int r0) {
 #pragma GCC unroll 3
   for (int x = 0; x < RM; x++) {
     float* sr = s + x * kAttnKeyBlock;
-    const int last = c.last(r0 + x);
-    if (last < nk16 - 1) {  // keys past the row's position (and past the block's end) count as -inf
-      const __m256i lim = _mm256_set1_epi32(last);
+    const int last = c.last(r0 + x), first = c.first(r0 + x);
+    // keys past the row's position (and past the block's end) or before its window count as -inf
+    if (last < nk16 - 1 || first > 0) {
+      const __m256i lim = _mm256_set1_epi32(last), lo = _mm256_set1_epi32(first);
       const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
       for (int j = 0; j < nk16; j += 8) {
+        const __m256i idx = _mm256_add_epi32(iota, _mm256_set1_epi32(j));
         const __m256 masked =
-            _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_add_epi32(iota, _mm256_set1_epi32(j)), lim));
+            _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(idx, lim), _mm256_cmpgt_epi32(lo, idx)));
         _mm256_storeu_ps(sr + j, _mm256_blendv_ps(_mm256_loadu_ps(sr + j), ninf, masked));
       }
     }
@@ -345,10 +355,12 @@ inline void f16_rows_to_f32(const uint16_t* src, int rows, int Dh, float* dst) {
 // DH: the head dim when it is one of the common ones (the loops over it then unroll), else 0
 template <int DH>
 void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
-                  int G, int dh, int p0, float scale, float* scratch) {
+                  int G, int dh, int p0, float scale, int window, const float* sinks, float* scratch) {
   const int Dh = DH ? DH : dh;
   constexpr int Bk = kAttnKeyBlock;
   const int R = n * G, N = p0 + n, nb = (N + Bk - 1) / Bk;
+  // the first block any row sees: the one holding the first row's window start
+  const int blk_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk : 0;
   float* qt = scratch;                                 // [R][Dh]
   float* ch = qt + attn_part((size_t)R * Dh);          // [R][attn_ch_row(Dh)]: [Dh/8][16][8] and padding
   float* e = ch + attn_part((size_t)R * attn_ch_row(Dh));  // [nb][R][Bk]: written and read in one stream
@@ -375,7 +387,7 @@ void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t*
 
   AttnCall c;
   c.qt = qt; c.e = e; c.rmax = rmax; c.rinv = rinv; c.p = pg; c.ch = ch; c.kb = kb; c.tail = tail;
-  c.R = R; c.Dh = Dh; c.G = G; c.p0 = p0; c.N = N; c.nb = nb; c.scale = scale;
+  c.R = R; c.Dh = Dh; c.G = G; c.p0 = p0; c.N = N; c.nb = nb; c.window = window; c.scale = scale;
   c.direct = R <= kAttnRows;
   auto at_block = [&](int blk) {
     c.blk = blk;
@@ -387,7 +399,7 @@ void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t*
   };
 
   // sweep 1: scores and maxes
-  for (int blk = 0; blk < nb; blk++) {
+  for (int blk = blk_lo; blk < nb; blk++) {
     const int r_lo = at_block(blk), nk = c.nk, nk4 = nk & ~3;
     if (c.direct) {
       if (nk4 < nk) {
@@ -406,9 +418,12 @@ void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t*
     }
   }
 
+  if (sinks)
+    for (int r = 0; r < R; r++) rmax[r] = std::fmax(rmax[r], sinks[r % G]);
+
   // sweep 2: e = exp(s - max) and the sums, 16 keys at a time (masked keys add exact zeros, so
   // the row's length does not matter)
-  for (int blk = 0; blk < nb; blk++) {
+  for (int blk = blk_lo; blk < nb; blk++) {
     const int r_lo = at_block(blk), nk16 = (c.nk + 15) & ~15;
     for (int r = r_lo; r < R; r++) {
       float* er = c.e_at(r);
@@ -424,11 +439,13 @@ void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t*
       rsum[r] = sum;
     }
   }
+  if (sinks)
+    for (int r = 0; r < R; r++) rsum[r] += (double)std::exp(sinks[r % G] - rmax[r]);
   for (int r = 0; r < R; r++) rinv[r] = (float)(1.0 / rsum[r]);
 
   // sweep 3: probabilities rounded to f16, times V, into the chains, kPvKeys keys at a time
   std::memset(ch, 0, sizeof(float) * (size_t)R * attn_ch_row(Dh));
-  for (int blk = 0; blk < nb; blk += kPvKeys / Bk) {
+  for (int blk = blk_lo; blk < nb; blk += kPvKeys / Bk) {
     const int k0 = blk * Bk, nk = std::min(kPvKeys, N - k0);
     const uint16_t* vh = v + (size_t)k0 * Dh;
     if (!c.direct)
@@ -456,17 +473,17 @@ void attention_dh(const float* q, size_t ldq, const uint16_t* k, const uint16_t*
 }  // namespace
 
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch) {
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch) {
   switch (Dh) {
-    case 64: attention_dh<64>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch); return;
-    case 128: attention_dh<128>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch); return;
+    case 64: attention_dh<64>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch); return;
+    case 128: attention_dh<128>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch); return;
     default: break;
   }
   if (Dh % 8 != 0) {  // no model we load has such a head; keep the contract anyway
-    ref::attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch);
+    ref::attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch);
     return;
   }
-  attention_dh<0>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch);
+  attention_dh<0>(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch);
 }
 
 size_t attention_scratch_floats(int R, int Dh, int N) {

@@ -33,7 +33,7 @@ void gelu_mul(float* gate, const float* up, int n);  // geglu.cpp: bit for bit r
 
 // attention.cpp: bit for bit ref::attention (llama.cpp's non-flash arithmetic), tiled.
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch);
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t attention_scratch_floats(int R, int Dh, int N);
 
 }  // namespace avx2

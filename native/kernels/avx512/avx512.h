@@ -22,10 +22,10 @@ template <GgmlType WT> float vnni_dot(int64_t k, const void* w, const void* x);
 // bf16 one rounds the probabilities and values to bf16 for vdpbf16ps. Head dims other than 64 and
 // 128 go to avx2::attention.
 void flash_attention_f32(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
-                         int G, int Dh, int p0, float scale, float* scratch);
+                         int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t flash_attention_f32_scratch_floats(int R, int Dh, int N);
 void flash_attention_bf16(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
-                          int n, int G, int Dh, int p0, float scale, float* scratch);
+                          int n, int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t flash_attention_bf16_scratch_floats(int R, int Dh, int N);
 
 }  // namespace avx512

@@ -22,6 +22,10 @@
 // whatever the call, every row goes through the same operations whichever group and layout it is
 // in, and keys a row does not see enter with p = 0 exactly. So a token gives the same bits alone
 // (decode), in a prefill chunk or in a chunk cut elsewhere.
+// A sliding window: the blocks before the first row's window are skipped, a row joins from the
+// block holding its window's start (earlier blocks would leave its state as it is, all masked),
+// and keys before the start are masked like keys past its position. A sink joins each row after
+// its last block as llama.cpp's flash_attn_ext takes it (see ref::flash_attention).
 #pragma once
 #include <immintrin.h>
 
@@ -122,6 +126,7 @@ struct Call {
   const uint16_t* kh;  // the block's keys in the cache (direct: read as they are)
   const uint16_t* vh;  // the block's values in the cache (direct: converted as they are used)
   int G, p0, k0, nk;
+  int window;  // W, 0 for none
   float scale;
 };
 
@@ -246,15 +251,18 @@ inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
   // 1. scaled (and masked) scores back into pb; each row's block max
 #pragma GCC unroll 8
   for (int x = 0; x < RM; x++) {
-    const int last = c.p0 + (r0 + x) / c.G - c.k0;  // the row's own key, as an index in the block
+    const int pos = c.p0 + (r0 + x) / c.G;
+    const int last = pos - c.k0;  // the row's own key, as an index in the block
+    const int first = c.window > 0 ? pos - c.window + 1 - c.k0 : 0;  // its window's first key (may be < 0)
     float* pr = c.pb + (size_t)x * Bk;
     __m512 s[4];
-    if (nkv == 4 && last >= Bk - 1) {
+    if (nkv == 4 && last >= Bk - 1 && first <= 0) {
       for (int y = 0; y < 4; y++) s[y] = _mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc);
     } else {
       for (int y = 0; y < 4; y++) {
-        const __mmask16 past = _mm512_cmp_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32(16 * y)),
-                                                     _mm512_set1_epi32(last), _MM_CMPINT_GT);
+        const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(16 * y));
+        const __mmask16 past = _mm512_cmp_epi32_mask(idx, _mm512_set1_epi32(last), _MM_CMPINT_GT) |
+                               _mm512_cmp_epi32_mask(idx, _mm512_set1_epi32(first), _MM_CMPINT_LT);
         s[y] = y < nkv ? _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_load_ps(pr + 16 * y), sc), past, ninf) : ninf;
       }
     }
@@ -417,7 +425,7 @@ template <int DH> constexpr int kRows = DH <= 64 ? 6 : 3;
 
 template <int DH>
 void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-           int p0, float scale, float* scratch) {
+           int p0, float scale, int window, const float* sinks, float* scratch) {
   constexpr int RM = kRows<DH>;
   const int R = n * G, N = p0 + n;
   float* qt = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  // [R][DH]
@@ -439,10 +447,12 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
-  Call c{qt, o, m, l, kt, vb, pb, nullptr, nullptr, G, p0, 0, 0, scale};
+  Call c{qt, o, m, l, kt, vb, pb, nullptr, nullptr, G, p0, 0, 0, window, scale};
   // one group of rows (a decode step): transposing each key block would cost more than the scores
   const bool direct = R <= RM;
-  for (int k0 = 0; k0 < N; k0 += Bk) {
+  // the first block any row sees: the one holding the first row's window start
+  const int k_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk * Bk : 0;
+  for (int k0 = k_lo; k0 < N; k0 += Bk) {
     c.k0 = k0;
     c.nk = std::min(Bk, N - k0);
     c.kh = k + (size_t)k0 * DH;
@@ -455,9 +465,11 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
       values_f32<DH>(c.vh, c.nk, vb);
 #endif
     }
-    // rows whose position is before the block see none of it (rows are in position order)
-    for (int r0 = std::max(0, k0 - p0) * G; r0 < R; r0 += RM) {
-      switch (std::min(RM, R - r0)) {
+    // rows whose position is before the block see none of it, nor do rows whose window starts
+    // past it (rows are in position order)
+    const int r_hi = window > 0 ? std::min(R, (k0 + c.nk + window - 1 - p0) * G) : R;
+    for (int r0 = std::max(0, k0 - p0) * G; r0 < r_hi; r0 += RM) {
+      switch (std::min(RM, r_hi - r0)) {
         case 6: group<kRows<DH> >= 6 ? 6 : 1, DH>(c, r0, direct); break;
         case 5: group<kRows<DH> >= 5 ? 5 : 1, DH>(c, r0, direct); break;
         case 4: group<kRows<DH> >= 4 ? 4 : 1, DH>(c, r0, direct); break;
@@ -467,6 +479,18 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
       }
     }
   }
+  if (sinks)
+    for (int r = 0; r < R; r++) {
+      const float sink = sinks[r % G];
+      if (sink > m[r]) {
+        const float ms = std::exp(m[r] - sink);
+        for (int d = 0; d < DH; d += 16)
+          _mm512_store_ps(o + (size_t)r * DH + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), _mm512_set1_ps(ms)));
+        l[r] = l[r] * ms + 1.0f;
+      } else {
+        l[r] += std::exp(sink - m[r]);
+      }
+    }
   for (int r = 0; r < R; r++) {
     const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
     float* dst = out + (size_t)(r / G) * ldo + (size_t)(r % G) * DH;
@@ -477,11 +501,11 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
 // The entry point of each file: the head dims with a kernel here, any other one to the AVX2
 // kernel (no model we load has one).
 inline void flash_entry(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
-                        int n, int G, int Dh, int p0, float scale, float* scratch) {
+                        int n, int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch) {
   switch (Dh) {
-    case 64: flash<64>(q, ldq, k, v, out, ldo, n, G, p0, scale, scratch); return;
-    case 128: flash<128>(q, ldq, k, v, out, ldo, n, G, p0, scale, scratch); return;
-    default: avx2::attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, scratch); return;
+    case 64: flash<64>(q, ldq, k, v, out, ldo, n, G, p0, scale, window, sinks, scratch); return;
+    case 128: flash<128>(q, ldq, k, v, out, ldo, n, G, p0, scale, window, sinks, scratch); return;
+    default: avx2::attention(q, ldq, k, v, out, ldo, n, G, Dh, p0, scale, window, sinks, scratch); return;
   }
 }
 inline size_t flash_entry_scratch(int R, int Dh, int N) {

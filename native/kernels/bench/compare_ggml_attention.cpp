@@ -110,7 +110,7 @@ double run_ours(const KernelTable& kt, const Inputs& in, float scale, std::vecto
   out.resize((size_t)in.n * in.G * in.Dh);
   const double t0 = now();
   kt.attention(in.q.data(), (size_t)in.G * in.Dh, in.k.data(), in.v.data(), out.data(), (size_t)in.G * in.Dh, in.n,
-               in.G, in.Dh, in.p0, scale, scratch.data());
+               in.G, in.Dh, in.p0, scale, 0, nullptr, scratch.data());
   return now() - t0;
 }
 }  // namespace

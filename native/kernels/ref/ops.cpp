@@ -79,7 +79,9 @@ void add(float* out, const float* a, int n) {
 //   output   p rounded to f16 (mul_mat's conversion of its second operand), then the f16 GEMM
 //            again: per output dim, 16 chains over the keys (key j into chain j % 16), folded
 //            the same way.
-// Keys past the row's position contribute nothing (ggml's mask makes them exact zeros).
+// Keys past the row's position, and before its window, contribute nothing (ggml's mask makes them
+// exact zeros). A sink (ggml_soft_max_ext's sinks) joins the max before the exps and adds
+// expf(sink - max) to the double sum after them; it has no value.
 
 // _mm512_reduce_add_ps's order
 static float fold16(const float* x) {
@@ -105,16 +107,17 @@ float ggml_expf(float x) {
 }
 
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch) {
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch) {
   float* qh = scratch;       // [Dh] the query row rounded to f16
   float* p = scratch + Dh;   // [p0 + n] scores, then e, then f16 probabilities
   for (int i = 0; i < n; i++) {
     const int nk = p0 + i + 1;
+    const int lo = window > 0 ? std::max(0, nk - window) : 0;  // the row's first key
     for (int h = 0; h < G; h++) {
       const float* qr = q + (size_t)i * ldq + (size_t)h * Dh;
       for (int d = 0; d < Dh; d++) qh[d] = h2f(f2h(qr[d]));
       float max = -INFINITY;
-      for (int j = 0; j < nk; j++) {
+      for (int j = lo; j < nk; j++) {
         const uint16_t* kj = k + (size_t)j * Dh;
         float lane[16] = {0};
         int d0 = 0;
@@ -124,18 +127,20 @@ void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
         p[j] = fold16(lane) * scale;
         max = std::fmax(max, p[j]);
       }
+      if (sinks) max = std::fmax(max, sinks[h]);
       double sum = 0;
-      for (int j0 = 0; j0 < nk; j0 += 16) {
+      for (int j0 = lo / 16 * 16; j0 < nk; j0 += 16) {  // keys before the window: zeros in their chunk
         float chunk[16] = {0};
-        for (int j = j0; j < j0 + 16 && j < nk; j++) chunk[j - j0] = p[j] = ggml_expf(p[j] - max);
+        for (int j = std::max(j0, lo); j < j0 + 16 && j < nk; j++) chunk[j - j0] = p[j] = ggml_expf(p[j] - max);
         sum += (double)fold16(chunk);
       }
+      if (sinks) sum += (double)std::exp(sinks[h] - max);
       const float inv = (float)(1.0 / sum);
-      for (int j = 0; j < nk; j++) p[j] = h2f(f2h(p[j] * inv));
+      for (int j = lo; j < nk; j++) p[j] = h2f(f2h(p[j] * inv));
       float* orow = out + (size_t)i * ldo + (size_t)h * Dh;
       for (int d = 0; d < Dh; d++) {
         float chain[16] = {0};
-        for (int j = 0; j < nk; j++) chain[j % 16] = std::fma(p[j], h2f(v[(size_t)j * Dh + d]), chain[j % 16]);
+        for (int j = lo; j < nk; j++) chain[j % 16] = std::fma(p[j], h2f(v[(size_t)j * Dh + d]), chain[j % 16]);
         orow[d] = fold16(chain);
       }
     }
@@ -150,16 +155,20 @@ size_t attention_scratch_floats(int, int Dh, int N) { return (size_t)Dh + (size_
 //   s_j = scale * (f16(q) . k_j)    (an fma chain over the dims in order)
 //   m' = max(m, max_j s_j);  a = exp(m - m');  p_j = exp(s_j - m')
 //   l = l * a + sum_j p_j;   o = o * a + sum_j p_j * v_j;   m = m'
-// and out = o * (1 / l) after the row's last block. The sums within a block are in key order here;
+// and out = o * (1 / l) after the row's last block. Blocks wholly before the row's window are
+// skipped, keys before it in a block masked (p = 0). A sink s joins as llama.cpp's flash does after
+// the last block: if s > m, o *= exp(m - s) and l = l * exp(m - s) + 1, else l += exp(s - m).
+// The sums within a block are in key order here;
 // faster versions sum in their own fixed order (and may round p and v to bf16), so they are held
 // to a tolerance, not to these bits.
 void flash_attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
-                     int G, int Dh, int p0, float scale, float* scratch) {
+                     int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch) {
   float* qh = scratch;            // [Dh] the query row rounded to f16
   float* o = scratch + Dh;        // [Dh] running output
   float* s = scratch + 2 * Dh;    // [kFlashKeyBlock] one block's scores, then p
   for (int i = 0; i < n; i++) {
     const int pos = p0 + i;
+    const int lo = window > 0 ? std::max(0, pos + 1 - window) : 0;  // the row's first key
     for (int h = 0; h < G; h++) {
       const float* qr = q + (size_t)i * ldq + (size_t)h * Dh;
       for (int d = 0; d < Dh; d++) {
@@ -167,14 +176,14 @@ void flash_attention(const float* q, size_t ldq, const uint16_t* k, const uint16
         o[d] = 0.0f;
       }
       float m = -INFINITY, l = 0.0f;
-      for (int k0 = 0; k0 <= pos; k0 += kFlashKeyBlock) {
+      for (int k0 = lo / kFlashKeyBlock * kFlashKeyBlock; k0 <= pos; k0 += kFlashKeyBlock) {
         const int nk = std::min(kFlashKeyBlock, pos + 1 - k0);
         float mb = m;
         for (int j = 0; j < nk; j++) {
           const uint16_t* kj = k + (size_t)(k0 + j) * Dh;
           float acc = 0.0f;
           for (int d = 0; d < Dh; d++) acc = std::fma(qh[d], h2f(kj[d]), acc);
-          s[j] = acc * scale;
+          s[j] = k0 + j < lo ? -INFINITY : acc * scale;
           mb = std::fmax(mb, s[j]);
         }
         const float a = std::exp(m - mb);  // 0 at the first block (m = -inf)
@@ -187,6 +196,16 @@ void flash_attention(const float* q, size_t ldq, const uint16_t* k, const uint16
           o[d] = od;
         }
         m = mb;
+      }
+      if (sinks) {
+        const float sink = sinks[h];
+        if (sink > m) {
+          const float ms = std::exp(m - sink);
+          for (int d = 0; d < Dh; d++) o[d] *= ms;
+          l = l * ms + 1.0f;
+        } else {
+          l += std::exp(sink - m);
+        }
       }
       float* orow = out + (size_t)i * ldo + (size_t)h * Dh;
       const float inv = 1.0f / l;

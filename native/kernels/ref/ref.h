@@ -46,13 +46,15 @@ void add(float* out, const float* a, int n);
 // ops.cpp). ggml_expf: its vector exp, for x <= 0.
 float ggml_expf(float x);
 void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n, int G,
-               int Dh, int p0, float scale, float* scratch);
+               int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t attention_scratch_floats(int R, int Dh, int N);  // Dh + N
-// Flash attention (one pass, online softmax in f32, keys in blocks of kFlashKeyBlock from key 0):
+// Flash attention (one pass, online softmax in f32, keys in blocks of kFlashKeyBlock from key 0,
+// blocks wholly before a row's window skipped):
 // the definition the flash kernels are held to, within a tolerance (see ops.cpp).
 constexpr int kFlashKeyBlock = 64;
+static_assert(kAttentionKeyAlign % kFlashKeyBlock == 0, "a caller's aligned start must start a block");
 void flash_attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
-                     int G, int Dh, int p0, float scale, float* scratch);
+                     int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t flash_attention_scratch_floats(int R, int Dh, int N);  // 2 * Dh + kFlashKeyBlock
 
 }  // namespace ref

@@ -14,10 +14,16 @@
 //    definition without the f16 rounding of the probabilities, computed in double, within a
 //    stated tolerance relative to B = sum_j p_j |v_j| (the output's scale): f32 kernels 1e-5 B,
 //    the bf16 one 2^-7 B + 1e-5 B (p and v each rounded to bf16, unit roundoff 2^-8: each product within 2^-7 of its
-//    value); and bit for bit batch independence for each, like the exact kernels.
+//    value); and bit for bit batch independence for each, like the exact kernels;
+//  - all of the above again with a sliding window W (each row sees keys [p - W + 1, p]) and with
+//    sinks (a logit per head that joins the softmax without a value), alone and together: the
+//    definitions take them as llama.cpp does; the key blocks wholly before the first row's
+//    window are NaN-poisoned (never read); the plain calls (W = 0, no sinks) of the tables are
+//    the calls every caller without a window makes, checked as before.
 //
 // Dimension legend: n query positions from p0, G query heads per KV head, Dh head dim,
 // R = n * G query rows, N = p0 + n keys.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,7 +42,9 @@ static std::mt19937 rng(7);
 
 struct Case {
   int Dh, G, p0, n;
-  float qscale;  // spread of the scores: 1 is a soft softmax, 6 a peaky one that moves the max often
+  float qscale;      // spread of the scores: 1 is a soft softmax, 6 a peaky one that moves the max often
+  int window = 0;    // W, 0 for none
+  bool sinks = false;
 };
 
 struct Inputs {
@@ -44,10 +52,14 @@ struct Inputs {
   size_t ldq;                 // floats between positions of q and out (wider than G*Dh: strides are honoured)
   std::vector<float> q;       // [n][ldq]
   std::vector<uint16_t> k, v; // [N + 8][Dh]; the 8 rows past N are NaN (must never be read)
+  int window;
+  std::vector<float> sinks;   // [G], empty for none
+  const float* sink_ptr() const { return sinks.empty() ? nullptr : sinks.data(); }
+  int first_key(int i) const { return window > 0 ? std::max(0, p0 + i - window + 1) : 0; }  // row i's window start
 };
 
 static Inputs make_inputs(const Case& c) {
-  Inputs in{c.Dh, c.G, c.p0, c.n, (size_t)c.G * c.Dh + 8, {}, {}, {}};
+  Inputs in{c.Dh, c.G, c.p0, c.n, (size_t)c.G * c.Dh + 8, {}, {}, {}, c.window, {}};
   const int N = c.p0 + c.n;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   in.q.resize((size_t)c.n * in.ldq);
@@ -59,6 +71,14 @@ static Inputs make_inputs(const Case& c) {
     in.v[i] = f2h(nd(rng) * 2.0f);
   }
   for (size_t i = (size_t)N * c.Dh; i < in.k.size(); i++) in.k[i] = in.v[i] = 0x7e00;  // f16 NaN
+  // blocks wholly before the first row's window: never read
+  for (size_t i = 0; i < (size_t)(in.first_key(0) / ref::kFlashKeyBlock * ref::kFlashKeyBlock) * c.Dh; i++)
+    in.k[i] = in.v[i] = 0x7e00;
+  if (c.sinks) {
+    // around the scores' range: some sinks above every score of a row (the max moves), some below
+    in.sinks.resize(c.G);
+    for (auto& x : in.sinks) x = nd(rng) * 2.0f * c.qscale;
+  }
   return in;
 }
 
@@ -73,7 +93,7 @@ static Attn of(const AttnKernel& k) { return {k.fn, k.scratch_floats}; }
 static void run_part(const Attn& a, const Inputs& in, int i0, int m, std::vector<float>& out) {
   std::vector<float> scratch(a.scratch_floats(m * in.G, in.Dh, in.p0 + i0 + m), NAN);
   a.fn(in.q.data() + (size_t)i0 * in.ldq, in.ldq, in.k.data(), in.v.data(), out.data() + (size_t)i0 * in.ldq, in.ldq, m,
-     in.G, in.Dh, in.p0 + i0, 1.0f / std::sqrt((float)in.Dh), scratch.data());
+     in.G, in.Dh, in.p0 + i0, 1.0f / std::sqrt((float)in.Dh), in.window, in.sink_ptr(), scratch.data());
 }
 static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
   std::vector<float> out((size_t)in.n * in.ldq, -7.0f);  // the gaps between rows must stay untouched
@@ -92,19 +112,19 @@ static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
       const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
-      const int nk = in.p0 + i + 1;
-      std::vector<double> s(nk);
-      double mx = -INFINITY;
-      for (int j = 0; j < nk; j++) {
+      const int nk = in.p0 + i + 1, lo = in.first_key(i);
+      std::vector<double> s(nk, -INFINITY);
+      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
+      for (int j = lo; j < nk; j++) {
         double d = 0;
         for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
         s[j] = d * scale;
         mx = std::fmax(mx, s[j]);
       }
-      double sum = 0;
+      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
       for (double& x : s) sum += (x = std::exp(x - mx));
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
-      for (int j = 0; j < nk; j++) {
+      for (int j = lo; j < nk; j++) {
         const double p = s[j] / sum;
         const double p16 = h2f(f2h((float)p));
         const double lo = h2f(f2h((float)(p * (1 - 1e-5)))), hi = h2f(f2h((float)(p * (1 + 1e-5))));
@@ -127,19 +147,19 @@ static std::vector<double> exact_flash(const Inputs& in, std::vector<double>* bo
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
       const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
-      const int nk = in.p0 + i + 1;
-      std::vector<double> s(nk);
-      double mx = -INFINITY;
-      for (int j = 0; j < nk; j++) {
+      const int nk = in.p0 + i + 1, lo = in.first_key(i);
+      std::vector<double> s(nk, -INFINITY);
+      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
+      for (int j = lo; j < nk; j++) {
         double d = 0;
         for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
         s[j] = d * scale;
         mx = std::fmax(mx, s[j]);
       }
-      double sum = 0;
+      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
       for (double& x : s) sum += (x = std::exp(x - mx));
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
-      for (int j = 0; j < nk; j++)
+      for (int j = lo; j < nk; j++)
         for (int e = 0; e < in.Dh; e++) {
           const double ve = h2f(in.v[(size_t)j * in.Dh + e]);
           out[at + e] += s[j] / sum * ve;
@@ -204,6 +224,11 @@ static double max_err(const Inputs& in, const std::vector<float>& a, const std::
   return e;
 }
 static std::vector<double> widen(const std::vector<float>& a) { return std::vector<double>(a.begin(), a.end()); }
+static std::string name_of(const Case& c) {
+  return "Dh=" + std::to_string(c.Dh) + " G=" + std::to_string(c.G) + " p0=" + std::to_string(c.p0) + " n=" +
+         std::to_string(c.n) + " qscale=" + std::to_string(c.qscale) + " W=" + std::to_string(c.window) +
+         (c.sinks ? " sinks" : "");
+}
 
 int main() {
   std::vector<Case> cases;
@@ -218,14 +243,26 @@ int main() {
         cases.push_back({Dh, G, r[0], r[1], 1.0f});
         if (Dh == 64) cases.push_back({Dh, G, r[0], r[1], 6.0f});
       }
+  // sliding windows (the window's start on, before and after block and chunk edges; W = 1 sees
+  // only the row itself) and sinks, alone and together
+  const int wruns[][2] = {{0, 70}, {5, 1}, {63, 1}, {64, 2}, {100, 29}, {130, 64}, {190, 70}, {1000, 45}, {2047, 1}};
+  for (int Dh : {64, 128, 40})
+    for (int G : {1, 4})
+      for (auto& r : wruns)
+        for (int W : {0, 1, 17, 64, 100}) {
+          if (Dh != 64 && r[0] + r[1] > 300) continue;
+          for (int sinks = 0; sinks < 2; sinks++) {
+            if (W == 0 && !sinks) continue;  // the plain cases above
+            cases.push_back({Dh, G, r[0], r[1], Dh == 64 ? 6.0f : 1.0f, W, sinks == 1});
+          }
+        }
 
   const KernelTable* fast = avx2_table();
   if (!fast) std::printf("SKIPPED: no AVX2/FMA/F16C kernels on this build or CPU (ref checks only)\n");
   double worst_ref = 0;
   for (const Case& c : cases) {
     const Inputs in = make_inputs(c);
-    const std::string what = "Dh=" + std::to_string(c.Dh) + " G=" + std::to_string(c.G) + " p0=" +
-                             std::to_string(c.p0) + " n=" + std::to_string(c.n) + " qscale=" + std::to_string(c.qscale);
+    const std::string what = name_of(c);
     std::vector<double> slack;
     const std::vector<double> want = exact(in, &slack);
     // Beyond the rounding-midpoint slack: outputs are sums of up to ~2000 terms p * v with
@@ -254,8 +291,7 @@ int main() {
   std::vector<double> worst_flash(flash.size(), 0.0);
   for (const Case& c : cases) {
     const Inputs in = make_inputs(c);
-    const std::string what = "Dh=" + std::to_string(c.Dh) + " G=" + std::to_string(c.G) + " p0=" +
-                             std::to_string(c.p0) + " n=" + std::to_string(c.n) + " qscale=" + std::to_string(c.qscale);
+    const std::string what = name_of(c);
     std::vector<double> bound;
     const std::vector<double> want = exact_flash(in, &bound);
     for (size_t f = 0; f < flash.size(); f++) {
@@ -289,11 +325,14 @@ int main() {
     const Inputs in = make_inputs({64, 3, 40, 9, 1.0f});
     std::vector<float> a((size_t)in.n * in.ldq, -7.0f), b = a;
     std::vector<float> scratch(attention_scratch_floats(in.n, in.G, in.Dh, in.p0 + in.n));
-    mb::attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), a.data(), in.ldq, in.n, in.G, in.Dh, in.p0, 0.125f,
-                  scratch.data());
-    active_table().attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), b.data(), in.ldq, in.n, in.G, in.Dh, in.p0,
-                             0.125f, scratch.data());
-    CHECK(a == b, "mb::attention differs from the active table's");
+    const float sinks[3] = {0.5f, -1.0f, 3.0f};
+    for (int W : {0, 7}) {
+      mb::attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), a.data(), in.ldq, in.n, in.G, in.Dh, in.p0, 0.125f,
+                    W, W ? sinks : nullptr, scratch.data());
+      active_table().attention(in.q.data(), in.ldq, in.k.data(), in.v.data(), b.data(), in.ldq, in.n, in.G, in.Dh,
+                               in.p0, 0.125f, W, W ? sinks : nullptr, scratch.data());
+      CHECK(a == b, "mb::attention differs from the active table's (W=%d)", W);
+    }
   }
   std::printf("%zu cases; max |ref - exact| beyond the f16-midpoint slack %.3g; avx2 %s\n", cases.size(), worst_ref,
               fast ? "checked bit for bit against ref" : "not available");

@@ -8,7 +8,11 @@
 //    kv_copy of one continue exactly as a recompute; to a prefix whose window is gone they throw;
 //  - after truncating to 0 the slot starts over cleanly;
 //  - kv_bytes is the global layers' C positions plus the local layers' R; the host prompt cache
-//    is off (kv_token_bytes 0).
+//    is off (kv_token_bytes 0);
+//  - deeper than the attention kernel's key alignment (64 positions: a local layer's keys then
+//    start at its window's start rounded down to it, with the ring's cells below the window
+//    reused by later positions), chunks of 4 and one token at a time still give the whole-context
+//    model's logits bit for bit.
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -23,9 +27,9 @@
 namespace {
 constexpr int kCtx = 64, kWindow = 20, kN = 60;
 
-std::vector<int> tokens() {
+std::vector<int> tokens(int n = kN) {
   std::vector<int> t;
-  for (int i = 0; i < kN; i++) t.push_back(100 + (i * 7919) % 250000);
+  for (int i = 0; i < n; i++) t.push_back(100 + (i * 7919) % 250000);
   return t;
 }
 
@@ -105,5 +109,18 @@ int main(int argc, char** argv) {
   CHECK_EQ(m->kv_reusable(0, 0), 0);
   check(same_rows(run(*m, 0, toks, 0, 30), ref, 0, V), "a slot truncated to 0 does not start over cleanly");
   CHECK_EQ(m->kv_reusable(0, 30), 30);  // positions 6..29 in the ring: 30 - 19 = 11 >= 6
+
+  {
+    constexpr int kDeepCtx = 192, kDeepN = 180;
+    const auto deep = tokens(kDeepN);
+    auto whole_deep = mb::Model::load(f, 1, kDeepCtx, &pool, kDeepCtx);  // R = C
+    const auto ref_deep = run(*whole_deep, 0, deep, 0, kDeepN);
+    auto ring = mb::Model::load(f, 2, kDeepCtx, &pool, 4);               // R = 24
+    bool chunks_same = true, decode_same_deep = true;
+    for (int p = 0; p < kDeepN; p += 4) chunks_same &= same_rows(run(*ring, 0, deep, p, p + 4), ref_deep, p, V);
+    for (int p = 0; p < kDeepN; p++) decode_same_deep &= same_rows(run(*ring, 1, deep, p, p + 1), ref_deep, p, V);
+    check(chunks_same, "180 positions in chunks of 4 differ from the whole-context model");
+    check(decode_same_deep, "180 positions one at a time differ from the whole-context model");
+  }
   TEST_MAIN_END();
 }
