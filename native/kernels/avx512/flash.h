@@ -138,9 +138,9 @@ struct Call {
 // Keys transposed (many rows): 16 keys in the lanes, one fma chain per partial, no horizontal
 // sums. pb row x gets the raw sums for key vectors [0, nkv).
 template <int RM, int DH>
-inline void scores_transposed(const Call& c, int r0, int nkv) {
+inline void scores_transposed(const Call& c, int r0, int from, int nkv) {
   const float* q = c.qt + (size_t)r0 * DH;
-  for (int y = 0; y < nkv; y++) {
+  for (int y = from / 16; y < nkv; y++) {
     const float* kt = c.kt + 16 * y;
     // t[x] = chain l + chain l + 4 of row x
     auto pair = [&](int l, __m512* t) {
@@ -176,10 +176,10 @@ inline void scores_transposed(const Call& c, int r0, int nkv) {
 // once for all the rows; every 8 keys' sums are folded together with shuffles. pb row x gets the
 // raw sums for keys [0, nk8) (0 past the block's nk keys, which are never read).
 template <int RM, int DH>
-inline void scores_direct(const Call& c, int r0, int nk8) {
+inline void scores_direct(const Call& c, int r0, int from, int nk8) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const float* q = c.qt + (size_t)r0 * DH;
-  for (int j0 = 0; j0 < nk8; j0 += 8) {
+  for (int j0 = from; j0 < nk8; j0 += 8) {
     __m256 acc[RM][8];
 #pragma GCC unroll 8
     for (int x = 0; x < RM; x++)
@@ -301,7 +301,7 @@ inline void softmax_rows(const Call& c, int r0, int nkv, float* alpha) {
 
 // The f32 value product: o = o * a + sum_j p_j v_j, keys in order. vb is [Bk][DH] f32.
 template <int RM, int DH, bool DIRECT>
-inline void group_values_f32(const Call& c, int r0, int need, const float* alpha) {
+inline void group_values_f32(const Call& c, int r0, int from, int need, const float* alpha) {
   constexpr int NV = DH / 16;
   __m512 acc[RM][NV];
   float* o = c.o + (size_t)r0 * DH;
@@ -312,7 +312,7 @@ inline void group_values_f32(const Call& c, int r0, int need, const float* alpha
     for (int y = 0; y < NV; y++) acc[x][y] = _mm512_mul_ps(_mm512_load_ps(o + (size_t)x * DH + 16 * y), a);
   }
   const float* vb = (const float*)c.vb;
-  for (int j = 0; j < need; j++) {
+  for (int j = from; j < need; j++) {
     __m512 vv[NV];
 #pragma GCC unroll 8
     for (int y = 0; y < NV; y++)
@@ -365,7 +365,7 @@ inline void values_bf16_pairs(const uint16_t* vh, int nk, uint32_t* vb) {
 // The bf16 value product: o = o * a + sum_u (p_2u v_2u + p_2u+1 v_2u+1), key pairs in order, p
 // and v rounded to bf16, each pair's two products exact and added in f32 by vdpbf16ps.
 template <int RM, int DH, bool DIRECT>
-inline void group_values_bf16(const Call& c, int r0, int need, const float* alpha) {
+inline void group_values_bf16(const Call& c, int r0, int from, int need, const float* alpha) {
   constexpr int NV = DH / 16;
   __m512 acc[RM][NV];
   float* o = c.o + (size_t)r0 * DH;
@@ -381,7 +381,7 @@ inline void group_values_bf16(const Call& c, int r0, int need, const float* alph
                         (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(pr + 48), _mm512_load_ps(pr + 32)));
   }
   const uint32_t* vb = (const uint32_t*)c.vb;
-  for (int u = 0; u < (need + 1) / 2; u++) {
+  for (int u = from / 2; u < (need + 1) / 2; u++) {
     __m512bh vv[NV];
 #pragma GCC unroll 8
     for (int y = 0; y < NV; y++)
@@ -406,16 +406,20 @@ inline void group(const Call& c, int r0, bool direct) {
   // keys the group needs: up to its last row's position
   const int need = std::min(c.p0 + (r0 + RM - 1) / c.G - c.k0 + 1, c.nk);
   const int nkv = (need + 15) / 16;
-  if (direct) scores_direct<RM, DH>(c, r0, (need + 7) & ~7);
-  else scores_transposed<RM, DH>(c, r0, nkv);
+  // keys before the group's first window start, in whole 16-key vectors: no row of the group
+  // sees them (their scores would be masked, their p exactly 0), so they are not read at all;
+  // the sums then get the same bits
+  const int from = c.window > 0 ? std::max(0, c.p0 + r0 / c.G - c.window + 1 - c.k0) / 16 * 16 : 0;
+  if (direct) scores_direct<RM, DH>(c, r0, from, (need + 7) & ~7);
+  else scores_transposed<RM, DH>(c, r0, from, nkv);
   float alpha[RM];
   softmax_rows<RM>(c, r0, nkv, alpha);
 #if MB_FLASH_BF16
-  if (direct) group_values_bf16<RM, DH, true>(c, r0, need, alpha);
-  else group_values_bf16<RM, DH, false>(c, r0, need, alpha);
+  if (direct) group_values_bf16<RM, DH, true>(c, r0, from, need, alpha);
+  else group_values_bf16<RM, DH, false>(c, r0, from, need, alpha);
 #else
-  if (direct) group_values_f32<RM, DH, true>(c, r0, need, alpha);
-  else group_values_f32<RM, DH, false>(c, r0, need, alpha);
+  if (direct) group_values_f32<RM, DH, true>(c, r0, from, need, alpha);
+  else group_values_f32<RM, DH, false>(c, r0, from, need, alpha);
 #endif
 }
 
