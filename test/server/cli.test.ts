@@ -15,6 +15,32 @@ function cli(args: string[], env: Record<string, string> = {}) {
   return spawnSync(process.execPath, ["bin/mashbox.js", ...args], { encoding: "utf8", env: { ...process.env, ...env }, timeout: 60000 });
 }
 
+// `mashbox run` on the fixture, one slot, one thread: its stderr so far, its exit, and a wait for
+// a pattern in its stderr.
+function startRun(ctx: number) {
+  const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", String(ctx)], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (d: string) => (stderr += d));
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const waitFor = (re: RegExp, ms: number) =>
+    new Promise<RegExpExecArray>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no ${re} in: ${stderr}`)), ms);
+      const check = () => {
+        const m = re.exec(stderr);
+        if (!m) return;
+        clearTimeout(t);
+        child.stderr!.off("data", check);
+        resolve(m);
+      };
+      child.stderr!.on("data", check);
+      check();
+    });
+  return { child, exited, stderr: () => stderr, waitFor };
+}
+
 describe("cli", function () {
   this.timeout(60000);
 
@@ -45,24 +71,9 @@ describe("cli", function () {
   });
 
   it("run: listens at once, 503 until the model is ready, then serves; SIGTERM stops it cleanly", async () => {
-    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    let stderr = "";
-    child.stderr!.setEncoding("utf8");
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    const run = startRun(256);
     try {
-      const url = await new Promise<string>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no listening line: ${stderr}`)), 30000);
-        child.stderr!.on("data", (d: string) => {
-          stderr += d;
-          const m = /listening on (http:\/\/\S+)/.exec(stderr);
-          if (m) {
-            clearTimeout(t);
-            resolve(m[1]);
-          }
-        });
-      });
+      const url = (await run.waitFor(/listening on (http:\/\/\S+)/, 30000))[1];
       const seen: number[] = [];
       for (let i = 0; i < 200; i++) {
         const r = await fetch(`${url}/v1/health`);
@@ -75,46 +86,27 @@ describe("cli", function () {
       const m = await (await fetch(`${url}/v1/models`)).json();
       expect(m.data[0].id).to.equal(defaultModelPath().split("/").pop()!.replace(/\.gguf$/, ""));
     } finally {
-      child.kill("SIGTERM");
+      run.child.kill("SIGTERM");
     }
-    expect(await exited).to.equal(143);
-    expect(stderr).to.match(/ready/);
-    expect(stderr).not.to.match(/training context/);
+    expect(await run.exited).to.equal(143);
+    expect(run.stderr()).to.match(/ready/);
+    expect(run.stderr()).not.to.match(/training context/);
   });
 
   it("run: warns when --ctx is past the model's training context (the fixture says 4096)", async () => {
-    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "5000"], {
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    let stderr = "";
-    child.stderr!.setEncoding("utf8");
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    const run = startRun(5000);
     try {
-      await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no warning after ready: ${stderr}`)), 60000);
-        child.stderr!.on("data", (d: string) => {
-          stderr += d;
-          if (/ready —[^\n]*\n[^\n]*\n/.test(stderr)) {
-            clearTimeout(t);
-            resolve();
-          }
-        });
-      });
+      await run.waitFor(/ready —[^\n]*\n[^\n]*\n/, 60000);
     } finally {
-      child.kill("SIGTERM");
+      run.child.kill("SIGTERM");
     }
-    await exited;
-    expect(stderr).to.match(/warning: --ctx 5000 is past \S+'s training context \(4096 tokens\)/);
+    await run.exited;
+    expect(run.stderr()).to.match(/warning: --ctx 5000 is past \S+'s training context \(4096 tokens\)/);
   });
 
   it("run: exits 1 with the cause once its worker has died three times in a row (for the supervisor)", async () => {
-    const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    let stderr = "";
-    child.stderr!.setEncoding("utf8");
-    child.stderr!.on("data", (d: string) => (stderr += d));
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    const run = startRun(256);
+    const { child, exited } = run;
     try {
       const until = async <T>(what: string, probe: () => Promise<T | undefined>): Promise<T> => {
         for (let i = 0; i < 600; i++) {
@@ -122,9 +114,9 @@ describe("cli", function () {
           if (v !== undefined) return v;
           await new Promise((r) => setTimeout(r, 50));
         }
-        throw new Error(`timed out waiting for ${what}: ${stderr}`);
+        throw new Error(`timed out waiting for ${what}: ${run.stderr()}`);
       };
-      const url = await until("the listening line", async () => /listening on (http:\/\/\S+)/.exec(stderr)?.[1]);
+      const url = (await run.waitFor(/listening on (http:\/\/\S+)/, 30000))[1];
       // Health names the worker; each kill is a death before any generation finished.
       for (let kill = 0; kill < 3; kill++) {
         const pid = await until("a ready worker", async () => {
@@ -136,7 +128,7 @@ describe("cli", function () {
         if (kill < 2) await until("the restart", async () => ((await fetch(`${url}/v1/health`)).status === 503 ? true : undefined));
       }
       expect(await exited).to.equal(1);
-      expect(stderr).to.match(/giving up: .*SIGKILL.*3 times in a row/);
+      expect(run.stderr()).to.match(/giving up: .*SIGKILL.*3 times in a row/);
     } finally {
       child.kill("SIGKILL");
     }
