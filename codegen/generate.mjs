@@ -33,6 +33,9 @@ function operationsOf(doc) {
         dialect: dialectOf(path),
         request_schema: schemaRef ? schemaRef.replace("#/components/schemas/", "") : null,
         sse_schema: (op.responses?.["200"]?.content?.["text/event-stream"]?.["x-sse-event-schema"] ?? "").replace("#/components/schemas/", "") || null,
+        // Behind a key when keys are configured: the operation's security names a scheme (an
+        // operation without its own list falls back to the document's, as OpenAPI says).
+        key: (op.security ?? doc.security ?? []).some((req) => Object.keys(req).length > 0),
       });
     }
   }
@@ -47,7 +50,7 @@ function operationsTs(doc) {
   const q = (s) => JSON.stringify(s);
   const rows = ops.map(
     (o) =>
-      `  ${o.operationId}: { method: ${q(o.method)}, path: ${q(o.path)}, dialect: ${q(o.dialect)}, request_schema: ${o.request_schema ? q(o.request_schema) : "null"}, sse_schema: ${o.sse_schema ? q(o.sse_schema) : "null"} },`,
+      `  ${o.operationId}: { method: ${q(o.method)}, path: ${q(o.path)}, dialect: ${q(o.dialect)}, request_schema: ${o.request_schema ? q(o.request_schema) : "null"}, sse_schema: ${o.sse_schema ? q(o.sse_schema) : "null"}, key: ${o.key} },`,
   );
   const bodies = ops.map((o) => `  ${o.operationId}: ${o.request_schema ? `components["schemas"][${q(o.request_schema)}]` : "undefined"};`);
   const payloads = ops.map((o) => `  ${o.operationId}: ${o.sse_schema ? `components["schemas"][${q(o.sse_schema)}]` : "never"};`);
@@ -65,6 +68,8 @@ export interface OperationInfo {
   request_schema: string | null;
   /** components.schemas name of one SSE data: payload, null when the operation does not stream. */
   sse_schema: string | null;
+  /** Needs an API key when the server has keys: its security lists a scheme. */
+  key: boolean;
 }
 
 export const operations = {

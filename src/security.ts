@@ -8,6 +8,8 @@ import { hostname, networkInterfaces } from "node:os";
 import { ApiError } from "./errors.js";
 import { bareHost, isLoopback } from "./config.js";
 import { STATE } from "./app/context.js";
+import { operations, type OperationId } from "./generated/operations.js";
+import { absoluteAuthority } from "./http/route.js";
 
 export interface KeyFileEntry {
   key: string;
@@ -109,6 +111,12 @@ export interface SecurityOptions {
    * endpoint picker). It holds no key, tenant, prompt or user; Host checks still apply.
    */
   metrics_without_key?: boolean;
+  /**
+   * The operation the router matched for this request (any method), undefined when none. The
+   * key decision is taken from it, never from the path: a path the router forgives in another
+   * spelling is the same operation, and an unmatched request needs a key too.
+   */
+  operation: (ctx: Koa.Context) => OperationId | undefined;
 }
 
 /** Host header values (lowercase host[:port]) the server answers to. */
@@ -135,9 +143,11 @@ function hostHeaderCount(raw: string[]): number {
   return n;
 }
 
-/** Paths behind the API key (when keys are configured). */
-export function needsKey(path: string): boolean {
-  return path === "/v1" || path.startsWith("/v1/") || path === "/metrics" || path === "/openapi.json";
+/** Whether a request for `id` (undefined: no operation matched) needs a key when keys are configured. */
+export function needsKey(id: OperationId | undefined, metrics_without_key = false): boolean {
+  if (id === undefined) return true;
+  if (id === "getMetrics" && metrics_without_key) return false;
+  return operations[id].key;
 }
 
 function presentedKeys(ctx: Koa.Context): string[] {
@@ -176,6 +186,15 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
     if (hostHeaderCount(ctx.req.rawHeaders) > 1) throw new ApiError("invalid_request", "The request has more than one Host header.");
     const host = (ctx.get("host") || "").toLowerCase();
     if (!answersTo(host)) throw new ApiError("forbidden_host");
+    // An absolute-form target (`GET http://other/path`) names its own authority, which RFC 9112
+    // says a server uses instead of Host: it must name this server too.
+    let authority: string | null;
+    try {
+      authority = absoluteAuthority(ctx.req.url ?? "/");
+    } catch {
+      throw new ApiError("invalid_request", "The request target is neither a path nor an http(s) URL.");
+    }
+    if (authority !== null && !answersTo(authority)) throw new ApiError("forbidden_host");
 
     const origin = ctx.get("origin");
     if (origin) {
@@ -192,7 +211,7 @@ export function securityMiddleware(opts: SecurityOptions): Koa.Middleware {
       throw new ApiError("forbidden_origin");
     }
 
-    if (opts.keys && needsKey(ctx.path) && !(opts.metrics_without_key && ctx.path === "/metrics")) {
+    if (opts.keys && needsKey(opts.operation(ctx), opts.metrics_without_key)) {
       let tenant: string | null = null;
       for (const k of presentedKeys(ctx)) {
         tenant = opts.keys.match(k);

@@ -20,6 +20,7 @@ import { DEFAULTS } from "./config.js";
 import { renderError, requestValidationError, toApiError } from "./http/errors.js";
 import { ContractRecorder } from "./http/contract.js";
 import { setServerInfo } from "./http/server-info.js";
+import { canonicalPath } from "./http/route.js";
 import { createResponseValidator, readOpenapiDocument } from "./contract/validator.js";
 import { addUnsupportedKeyword } from "./contract/unsupported.js";
 import { fillModelId } from "./contract/model-id.js";
@@ -103,6 +104,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     keys: opts.api_keys ?? null,
     allowed_hosts: opts.allowed_hosts,
     metrics_without_key: opts.metrics_without_key,
+    operation: (ctx) => ctx.state.mashbox_op as OperationId | undefined,
   });
 
   // openapi.json is OpenAPI 3.1 (JSON Schema 2020-12); openapi-backend's own definition check
@@ -185,6 +187,13 @@ export function createApp(opts: AppOptions): MashboxApp {
   app.silent = true;
   app.on("error", (err: Error) => log(`stream error: ${err.message}`));
 
+  // Every later step sees the canonical path (src/http/route.ts), so the operation matched, the
+  // key decision, the error shape and the log line all describe what the router runs.
+  app.use(async (ctx, next) => {
+    ctx.path = canonicalPath(ctx.path);
+    await next();
+  });
+
   // Request log + metrics: one line per request when its response is done (streams included).
   // Never the body, a prompt or a key: method, path, status, time and the session tag only.
   app.use(async (ctx, next) => {
@@ -214,12 +223,22 @@ export function createApp(opts: AppOptions): MashboxApp {
     if (contract) checkContract(ctx, contract);
   });
 
-  app.use(security);
-
+  // The operation is matched once, before the security check that decides from it.
   app.use(async (ctx, next) => {
     await apiReady;
     const route = routeOf(ctx.method, ctx.path);
-    if (route) ctx.state.mashbox_op = route.id;
+    if (route) {
+      ctx.state.mashbox_op = route.id;
+      ctx.state.mashbox_method_matches = route.method_matches;
+    }
+    await next();
+  });
+
+  app.use(security);
+
+  app.use(async (ctx, next) => {
+    const id = ctx.state.mashbox_op as OperationId | undefined;
+    const route = id ? { id, method_matches: ctx.state.mashbox_method_matches === true } : null;
     if (ctx.method === "HEAD") {
       // Every path answers HEAD as the ready check does.
       await handlers.headHealth(undefined as never, ctx, deps);

@@ -13,22 +13,24 @@ export interface OperationInfo {
   request_schema: string | null;
   /** components.schemas name of one SSE data: payload, null when the operation does not stream. */
   sse_schema: string | null;
+  /** Needs an API key when the server has keys: its security lists a scheme. */
+  key: boolean;
 }
 
 export const operations = {
-  getHealth: { method: "GET", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null },
-  headHealth: { method: "HEAD", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null },
-  getHealthShort: { method: "GET", path: "/health", dialect: "openai", request_schema: null, sse_schema: null },
-  getRoot: { method: "GET", path: "/", dialect: "openai", request_schema: null, sse_schema: null },
-  listModels: { method: "GET", path: "/v1/models", dialect: "openai", request_schema: null, sse_schema: null },
-  getModel: { method: "GET", path: "/v1/models/{model}", dialect: "openai", request_schema: null, sse_schema: null },
-  createChatCompletion: { method: "POST", path: "/v1/chat/completions", dialect: "openai", request_schema: "ChatCompletionRequest", sse_schema: "ChatCompletionStreamPayload" },
-  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "TextCompletionRequest", sse_schema: "TextCompletionStreamPayload" },
-  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "AnthropicMessagesRequest", sse_schema: "AnthropicStreamEvent" },
-  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "AnthropicCountTokensRequest", sse_schema: null },
-  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", sse_schema: "ResponsesStreamEvent" },
-  getMetrics: { method: "GET", path: "/metrics", dialect: "openai", request_schema: null, sse_schema: null },
-  getOpenapi: { method: "GET", path: "/openapi.json", dialect: "openai", request_schema: null, sse_schema: null },
+  getHealth: { method: "GET", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null, key: true },
+  headHealth: { method: "HEAD", path: "/v1/health", dialect: "openai", request_schema: null, sse_schema: null, key: true },
+  getHealthShort: { method: "GET", path: "/health", dialect: "openai", request_schema: null, sse_schema: null, key: false },
+  getRoot: { method: "GET", path: "/", dialect: "openai", request_schema: null, sse_schema: null, key: false },
+  listModels: { method: "GET", path: "/v1/models", dialect: "openai", request_schema: null, sse_schema: null, key: true },
+  getModel: { method: "GET", path: "/v1/models/{model}", dialect: "openai", request_schema: null, sse_schema: null, key: true },
+  createChatCompletion: { method: "POST", path: "/v1/chat/completions", dialect: "openai", request_schema: "ChatCompletionRequest", sse_schema: "ChatCompletionStreamPayload", key: true },
+  createCompletion: { method: "POST", path: "/v1/completions", dialect: "openai", request_schema: "TextCompletionRequest", sse_schema: "TextCompletionStreamPayload", key: true },
+  createMessage: { method: "POST", path: "/v1/messages", dialect: "anthropic", request_schema: "AnthropicMessagesRequest", sse_schema: "AnthropicStreamEvent", key: true },
+  countMessageTokens: { method: "POST", path: "/v1/messages/count_tokens", dialect: "anthropic", request_schema: "AnthropicCountTokensRequest", sse_schema: null, key: true },
+  createResponse: { method: "POST", path: "/v1/responses", dialect: "openai", request_schema: "ResponsesRequest", sse_schema: "ResponsesStreamEvent", key: true },
+  getMetrics: { method: "GET", path: "/metrics", dialect: "openai", request_schema: null, sse_schema: null, key: true },
+  getOpenapi: { method: "GET", path: "/openapi.json", dialect: "openai", request_schema: null, sse_schema: null, key: true },
 } as const satisfies Record<string, OperationInfo>;
 
 export type OperationId = keyof typeof operations;

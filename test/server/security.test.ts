@@ -174,7 +174,7 @@ describe("security: tenants reach requestTenant", () => {
         ctx.status = (e as { status: (d: string) => number }).status("openai");
       }
     });
-    app.use(securityMiddleware({ host: "127.0.0.1", port: () => port, keys }));
+    app.use(securityMiddleware({ host: "127.0.0.1", port: () => port, keys, operation: () => undefined }));
     app.use((ctx) => {
       ctx.body = { tenant: requestTenant(ctx).tenant ?? null };
     });
