@@ -40,6 +40,14 @@ const byType = (cases) => ({
 
 // ---------------------------------------------------------------- request fields
 
+// Bounds of src/engine/stop.ts (MAX_STOP_STRINGS, MAX_STOP_LENGTH; test/engine/stop.test.ts checks
+// they agree): the stop matcher's automaton is built from the request's strings, so their size
+// is what one request may make the engine hold.
+const MAX_STOP_STRINGS = 64;
+const MAX_STOP_LENGTH = 1024;
+const STOP_STRING = { type: "string", minLength: 1, maxLength: MAX_STOP_LENGTH };
+const STOP_LIST = { type: "array", maxItems: MAX_STOP_STRINGS, items: STOP_STRING };
+
 const SAMPLING_FIELDS = {
   temperature: nullable({ type: "number", minimum: 0, maximum: 4, default: 0, description: "0 = greedy (default). Up to 4." }),
   top_p: nullable({ type: "number", exclusiveMinimum: 0, maximum: 1, default: 1, description: "Nucleus sampling, in (0, 1]." }),
@@ -54,14 +62,10 @@ const SAMPLING_FIELDS = {
     description: "Sampling seed; a random one when absent.",
   }),
   stop: {
-    description: "A string or a list of non-empty strings; the text ends before the first one.",
-    oneOf: [
-      { type: "string", minLength: 1 },
-      { type: "array", items: { type: "string", minLength: 1 } },
-      { type: "null" },
-    ],
+    description: `A string or a list of non-empty strings; the text ends before the first one. At most ${MAX_STOP_STRINGS} strings of at most ${MAX_STOP_LENGTH} characters.`,
+    oneOf: [STOP_STRING, STOP_LIST, { type: "null" }],
   },
-  stop_sequences: nullable({ type: "array", items: { type: "string", minLength: 1 }, description: "Same as stop (Anthropic's name), used when stop is absent." }),
+  stop_sequences: nullable({ ...STOP_LIST, description: "Same as stop (Anthropic's name), used when stop is absent." }),
   repetition_penalty: nullable({ type: "number", exclusiveMinimum: 0, default: 1, description: "> 0; 1 = off." }),
   frequency_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),
   presence_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),

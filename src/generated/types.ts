@@ -440,7 +440,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -698,7 +698,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -1292,7 +1292,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -1475,7 +1475,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;

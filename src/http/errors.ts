@@ -61,7 +61,9 @@ export function requestValidationError(errors: AjvError[] | null | undefined, re
   const concrete = list.filter((e) => !["oneOf", "anyOf", "if", "not"].includes(e.keyword));
   // A missing property is a field one level below the object that lacks it.
   const depth = (x: AjvError) => x.instancePath.split("/").length + (x.keyword === "required" ? 1 : 0);
-  const e = concrete.reduce<AjvError | undefined>((best, x) => (best === undefined || depth(x) > depth(best) ? x : best), undefined) ?? list[0];
+  // At one depth, a branch that took the value's JSON type and failed on something else says more.
+  const rank = (x: AjvError) => depth(x) * 2 + (x.keyword === "type" ? 0 : 1);
+  const e = concrete.reduce<AjvError | undefined>((best, x) => (best === undefined || rank(x) > rank(best) ? x : best), undefined) ?? list[0];
   if (!e) return new ApiError("invalid_request");
   let field = fieldName(e.instancePath);
   if (e.keyword === "required" && typeof e.params.missingProperty === "string") {

@@ -4,7 +4,8 @@
 // Tool names are required strings on every API; media parts and item_reference get the spec's
 // reason; what an error repeats of the client's input is bounded.
 import { expect } from "chai";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.js";
+import { MAX_STOP_LENGTH, MAX_STOP_STRINGS } from "../../src/engine/stop.js";
+import { postJson, scriptHeader, startTestServer, type TestServer } from "../helpers/server.js";
 
 const R = "/v1/responses";
 const M = "/v1/messages";
@@ -175,6 +176,34 @@ describe("request shapes the handlers do not take: 400 naming the field, on ever
       const message = await expect400(path, body, field, /no tool named "x{64}"… \(1048576 characters\) in tools/);
       expect(message.length, path).to.be.below(200);
     }
+  });
+
+  it(`stop strings: at most ${MAX_STOP_STRINGS}, each at most ${MAX_STOP_LENGTH} characters, on every generating route; beyond, 400 naming the field`, async () => {
+    const many = Array.from({ length: MAX_STOP_STRINGS + 1 }, (_, i) => `stop${i}`);
+    const long = "s".repeat(MAX_STOP_LENGTH + 1);
+    const routes: [string, Record<string, unknown>][] = [
+      [CHAT, chat({})],
+      ["/v1/completions", { prompt: "Once", max_tokens: 2 }],
+      [R, responses({})],
+      [M, anthropic({})],
+    ];
+    for (const [path, body] of routes) {
+      await expect400(path, { ...body, stop: many }, "stop", /must NOT have more than 64 items/);
+      await expect400(path, { ...body, stop_sequences: many }, "stop_sequences", /must NOT have more than 64 items/);
+      await expect400(path, { ...body, stop: long }, "stop", /must NOT have more than 1024 characters/);
+      await expect400(path, { ...body, stop: ["a", long] }, "stop[1]", /must NOT have more than 1024 characters/);
+      const r = await postJson(s.url + path, { ...body, stop: many.slice(0, MAX_STOP_STRINGS).map((x, i) => (i === 0 ? "s".repeat(MAX_STOP_LENGTH) : x)) });
+      expect(r.status, path).to.equal(200);
+      await r.arrayBuffer();
+    }
+  });
+
+  it("a scripted answer ends before the earliest stop string, with the most stop strings given", async () => {
+    const stops = Array.from({ length: MAX_STOP_STRINGS }, (_, i) => `<end${i}>`);
+    const r = await postJson(`${s.url}${CHAT}`, { messages: [{ role: "user", content: "hi" }], stop: stops }, scriptHeader("one two<end7>three<end3>"));
+    const body = await r.json();
+    expect(body.choices[0].message.content).to.equal("one two");
+    expect(body.choices[0].finish_reason).to.equal("stop");
   });
 
   it("a forced tool whose schema has a 1 MB name is refused with a bounded message", async () => {
