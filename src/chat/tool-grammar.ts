@@ -23,8 +23,10 @@
 // (anyOf with sibling keywords and allOf copy subtrees, so a small schema can expand
 // exponentially), MAX_DEPTH levels of nesting, MAX_GRAMMAR_BYTES of grammar text. A $ref that
 // reaches itself before any byte is written ({"$ref": "#"}) describes no finite JSON text and
-// is refused as well; the native grammar compiler would reject it as left-recursive. Every
-// refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
+// is refused as well; the native grammar compiler would reject it as left-recursive. So is a
+// schema any part of which can never end (a.b requires b, b.a requires a; a non-empty array of
+// itself): the grammar would still accept every prefix, and a forced call would write until
+// max_tokens. Every refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
 import type { ChatPrompt, ToolSpec } from "../engine/types.js";
 
