@@ -187,7 +187,12 @@ class GrammarBuilder {
     const bodies = new Map<string, number>();
     for (const [name, body] of this.rules) bodies.set(name, g.parse(body));
     const finite = g.finite(bodies);
-    return roots.map((root) => g.firstUnending(root, bodies, finite));
+    // Named by the $ref that loops when there is one: that is the name the client wrote.
+    const refRules = new Set(this.refs.values());
+    return roots.map((root) => {
+      const stuck = g.unending(root, bodies, finite);
+      return stuck.find((r) => refRules.has(r)) ?? stuck[0] ?? null;
+    });
   }
 
   /** The $ref a rule was made for, if any (to name it in a refusal). */
@@ -510,23 +515,18 @@ class Derivations {
     return done;
   }
 
-  /** A rule reachable from `root` (optional parts included) that is not finite, or null. */
-  firstUnending(root: number, bodies: Map<string, number>, finite: boolean[]): string | null {
+  /** The rules reachable from `root` (optional parts included) that are not finite, in the order met. */
+  unending(root: number, bodies: Map<string, number>, finite: boolean[]): string[] {
     const seen = new Set<number>();
     const stack = [root];
-    let found: string | null = null;
+    const found: string[] = [];
     while (stack.length > 0) {
       const v = stack.pop()!;
       if (seen.has(v)) continue;
       seen.add(v);
       if (this.kind[v] === "ref") {
         const body = bodies.get(this.ruleOf[v]!);
-        if (body === undefined || !finite[v]) {
-          // The innermost one is the rule whose own body has no way out: keep looking past
-          // rules that are unending only because they lead into it.
-          found = this.ruleOf[v];
-          if (body === undefined) return found;
-        }
+        if (!finite[v] && !found.includes(this.ruleOf[v]!)) found.push(this.ruleOf[v]!);
         if (body !== undefined) stack.push(body);
       } else stack.push(...this.kids[v]);
     }
