@@ -26,8 +26,27 @@ const nullable = (schema) => ({ ...schema, type: [schema.type, "null"] });
 /** application/json content; `examples` (name -> { summary, value }) must validate (test/contract/document.test.ts). */
 const json = (schema, examples) => ({ "application/json": examples ? { schema, examples } : { schema } });
 const ex = (summary, value) => ({ summary, value });
+/**
+ * Per-`type` rules of an object whose fields depend on its type (content blocks, input items,
+ * tools): `cases` maps a type (or a list of types) to the schema that type must also match.
+ * if/then rather than a oneOf of whole shapes, so that a 400 names the one field that is wrong.
+ */
+const byType = (cases) => ({
+  allOf: cases.map(([types, then]) => ({
+    if: { required: ["type"], properties: { type: Array.isArray(types) ? { enum: types } : { const: types } } },
+    then,
+  })),
+});
 
 // ---------------------------------------------------------------- request fields
+
+// Bounds of src/engine/stop.ts (MAX_STOP_STRINGS, MAX_STOP_LENGTH; test/engine/stop.test.ts checks
+// they agree): the stop matcher's automaton is built from the request's strings, so their size
+// is what one request may make the engine hold.
+const MAX_STOP_STRINGS = 64;
+const MAX_STOP_LENGTH = 1024;
+const STOP_STRING = { type: "string", minLength: 1, maxLength: MAX_STOP_LENGTH };
+const STOP_LIST = { type: "array", maxItems: MAX_STOP_STRINGS, items: STOP_STRING };
 
 const SAMPLING_FIELDS = {
   temperature: nullable({ type: "number", minimum: 0, maximum: 4, default: 0, description: "0 = greedy (default). Up to 4." }),
@@ -43,14 +62,10 @@ const SAMPLING_FIELDS = {
     description: "Sampling seed; a random one when absent.",
   }),
   stop: {
-    description: "A string or a list of non-empty strings; the text ends before the first one.",
-    oneOf: [
-      { type: "string", minLength: 1 },
-      { type: "array", items: { type: "string", minLength: 1 } },
-      { type: "null" },
-    ],
+    description: `A string or a list of non-empty strings; the text ends before the first one. At most ${MAX_STOP_STRINGS} strings of at most ${MAX_STOP_LENGTH} characters.`,
+    oneOf: [STOP_STRING, STOP_LIST, { type: "null" }],
   },
-  stop_sequences: nullable({ type: "array", items: { type: "string", minLength: 1 }, description: "Same as stop (Anthropic's name), used when stop is absent." }),
+  stop_sequences: nullable({ ...STOP_LIST, description: "Same as stop (Anthropic's name), used when stop is absent." }),
   repetition_penalty: nullable({ type: "number", exclusiveMinimum: 0, default: 1, description: "> 0; 1 = off." }),
   frequency_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),
   presence_penalty: nullable({ type: "number", minimum: -2, maximum: 2, default: 0, description: "-2 to 2; 0 = off." }),
@@ -128,6 +143,7 @@ const ANTHROPIC_TOOL_CHOICE = {
     name: { type: "string" },
     disable_parallel_tool_use: { type: "boolean" },
   },
+  ...byType([["tool", { required: ["name"], properties: { name: { type: "string" } } }]]),
 };
 
 const ANTHROPIC_THINKING = {
@@ -140,18 +156,33 @@ const ANTHROPIC_THINKING = {
   },
 };
 
-// The part / block types each dialect reads. An allow-list refuses the media types (image, audio,
-// file, document: the model reads text only) and everything else, naming the field.
+// The part / block types each dialect reads. Media types (image, audio, file, document: the model
+// reads text only) are listed as clients send them and refused by x-mashbox-unsupported, so the
+// 400 says why (the spec's words); any other type is refused by the allow-list, naming the field.
 const CHAT_PART_TYPES = ["text", "input_text"];
+const CHAT_MEDIA_PARTS = ["image_url", "input_image", "input_audio", "audio", "file", "input_file", "image"];
 const RESPONSES_PART_TYPES = ["input_text", "output_text", "text", "reasoning_text", "summary_text", "refusal"];
+const RESPONSES_MEDIA_PARTS = ["input_image", "input_file", "input_audio"];
 const ANTHROPIC_BLOCK_TYPES = ["text", "thinking", "redacted_thinking", "tool_use", "tool_result"];
+const ANTHROPIC_MEDIA_BLOCKS = ["image", "document"];
+const MEDIA_REFUSED = "image, audio and file parts are refused (text-only model)";
+const ANTHROPIC_MEDIA_REFUSED = "image and document blocks are refused (text-only model)";
 
-const textOnlyPart = (types, description) => ({
+/** A part's `type`: the text types, and the media types named so that their 400 says why. */
+const partType = (types, media, reason) =>
+  unsupportedValues({ type: "string", enum: [...types, ...media] }, reason, { enum: media });
+
+
+const textOnlyPart = (types, media, reason, description) => ({
   type: "object",
   description,
   required: ["type"],
-  properties: { type: { type: "string", enum: types }, text: { type: "string" } },
+  properties: { type: partType(types, media, reason), text: { type: "string" } },
 });
+/** Tool names are strings a forced call can write (a tool without one cannot be called). */
+const TOOL_NAME = { type: "string", minLength: 1 };
+const TOOL_DESCRIPTION = { type: ["string", "null"] };
+const TOOL_SCHEMA = { type: ["object", "null"], description: "JSON Schema of the arguments." };
 
 // ---------------------------------------------------------------- component schemas
 
@@ -284,7 +315,13 @@ schemas.ChatMessage = {
       description: "Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
       oneOf: [
         { type: "string" },
-        { type: "array", items: { ...textOnlyPart(CHAT_PART_TYPES, "A text part; image_url, input_audio and file parts are refused."), required: ["type", "text"] } },
+        {
+          type: "array",
+          items: {
+            ...textOnlyPart(CHAT_PART_TYPES, CHAT_MEDIA_PARTS, MEDIA_REFUSED, "A text part; image_url, input_audio and file parts are refused."),
+            ...byType([[CHAT_PART_TYPES, { required: ["text"], properties: { text: { type: "string" } } }]]),
+          },
+        },
         { type: "null" },
       ],
     },
@@ -299,6 +336,19 @@ schemas.ChatMessage = {
   },
   if: { required: ["role"], properties: { role: { const: "tool" } } },
   then: { required: ["tool_call_id"], properties: { tool_call_id: { type: "string" } } },
+};
+schemas.ChatTool = {
+  type: "object",
+  description: "A function tool: its name, description and parameters (JSON Schema).",
+  required: ["type", "function"],
+  properties: {
+    type: { type: "string", const: "function" },
+    function: {
+      type: "object",
+      required: ["name"],
+      properties: { name: TOOL_NAME, description: TOOL_DESCRIPTION, parameters: TOOL_SCHEMA },
+    },
+  },
 };
 schemas.ChatUsage = {
   type: "object",
@@ -755,7 +805,7 @@ schemas.ChatCompletionRequest = {
   properties: {
     model: COMMON_FIELDS.model,
     messages: { type: "array", minItems: 1, items: ref("ChatMessage"), description: "The conversation." },
-    tools: nullable({ type: "array", items: { type: "object" }, description: "Function tools the model may call." }),
+    tools: nullable({ type: "array", items: ref("ChatTool"), description: "Function tools the model may call." }),
     tool_choice: CHAT_TOOL_CHOICE,
     stream: COMMON_FIELDS.stream,
     stream_options: nullable({ type: "object", description: "Fields: include_usage.", properties: { include_usage: { type: "boolean" } } }),
@@ -808,19 +858,52 @@ schemas.AnthropicInputMessage = {
     role: { type: "string", enum: ["user", "assistant", "system"] },
     content: {
       description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
-      oneOf: [{ type: "string" }, { type: "array", items: textOnlyPart(ANTHROPIC_BLOCK_TYPES, "A content block; image and document blocks are refused.") }],
+      oneOf: [{ type: "string" }, { type: "array", items: ref("AnthropicInputBlock") }],
     },
   },
+};
+// tool_result content: text, or text blocks (media refused as elsewhere).
+const ANTHROPIC_TEXT_BLOCKS = {
+  type: "array",
+  items: { ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."), ...byType([["text", { required: ["text"], properties: { text: { type: "string" } } }]]) },
+};
+schemas.AnthropicInputBlock = {
+  ...textOnlyPart(ANTHROPIC_BLOCK_TYPES, ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A content block; image and document blocks are refused."),
+  ...byType([
+    ["thinking", { properties: { thinking: { type: "string" }, signature: { type: "string" } } }],
+    ["redacted_thinking", { properties: { data: { type: "string" } } }],
+    ["tool_use", { required: ["id", "name"], properties: { id: { type: "string" }, name: { type: "string" } } }],
+    [
+      "tool_result",
+      {
+        required: ["tool_use_id"],
+        properties: {
+          tool_use_id: { type: "string" },
+          content: { description: "Text, or text blocks.", oneOf: [{ type: "string" }, ANTHROPIC_TEXT_BLOCKS] },
+          is_error: { type: "boolean" },
+        },
+      },
+    ],
+  ]),
 };
 const ANTHROPIC_MESSAGES = { type: "array", minItems: 1, description: "The conversation.", items: ref("AnthropicInputMessage") };
 const ANTHROPIC_SYSTEM = {
   description: "System prompt: a string or text blocks.",
   oneOf: [
     { type: "string" },
-    { type: "array", items: { type: "object", required: ["type", "text"], properties: { type: { type: "string", const: "text" }, text: { type: "string" } } } },
+    {
+      type: "array",
+      items: { ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."), ...byType([["text", { required: ["text"], properties: { text: { type: "string" } } }]]) },
+    },
   ],
 };
-const ANTHROPIC_TOOLS = { type: "array", items: { type: "object" }, description: "Client tools the model may call." };
+schemas.AnthropicTool = {
+  type: "object",
+  description: "A client tool (no type, or custom), or an Anthropic-hosted one (a versioned type), which is accepted and not offered.",
+  required: ["name"],
+  properties: { name: TOOL_NAME, description: TOOL_DESCRIPTION, input_schema: TOOL_SCHEMA, type: { type: "string" } },
+};
+const ANTHROPIC_TOOLS = { type: "array", items: ref("AnthropicTool"), description: "Client tools the model may call." };
 schemas.AnthropicMessagesRequest = {
   type: "object",
   required: ["messages"],
@@ -859,6 +942,10 @@ schemas.AnthropicCountTokensRequest = {
     thinking: ANTHROPIC_THINKING,
   },
 };
+const RESPONSES_PARTS = {
+  type: "array",
+  items: textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused."),
+};
 schemas.ResponsesInputItem = {
   type: "object",
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
@@ -878,17 +965,49 @@ schemas.ResponsesInputItem = {
         "local_shell_call",
         "local_shell_call_output",
         "reasoning",
+        "item_reference",
       ],
+      [UNSUPPORTED_KEYWORD]: { reason: "item_reference (this server stores no responses: send the item itself)", values: { const: "item_reference" } },
     },
     role: { type: "string", enum: ["system", "developer", "user", "assistant"] },
     content: {
       oneOf: [
         { type: "string" },
-        { type: "array", items: textOnlyPart(RESPONSES_PART_TYPES, "A text part; input_image, input_file and input_audio parts are refused.") },
+        RESPONSES_PARTS,
         { type: "null" },
       ],
     },
+    id: { type: "string" },
+    call_id: { type: "string" },
   },
+  ...byType([
+    [["function_call", "custom_tool_call"], { required: ["call_id", "name"], properties: { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } } }],
+    ["function_call", { properties: { arguments: { type: "string" } } }],
+    ["custom_tool_call", { properties: { input: { type: "string" } } }],
+    [
+      ["function_call_output", "custom_tool_call_output", "local_shell_call_output"],
+      { properties: { output: { description: "Text, or text parts.", oneOf: [{ type: "string" }, RESPONSES_PARTS] } } },
+    ],
+    ["reasoning", { properties: { summary: { oneOf: [RESPONSES_PARTS, { type: "null" }] } } }],
+  ]),
+};
+// function and custom tools need a name; a namespace groups such tools; hosted tools (web_search,
+// local_shell ...) are accepted and not offered.
+const RESPONSES_TOOL_FIELDS = { type: { type: "string" }, name: TOOL_NAME, description: TOOL_DESCRIPTION };
+const RESPONSES_NAMED_TOOLS = [["function", "custom"], { required: ["name"], properties: { name: TOOL_NAME, parameters: TOOL_SCHEMA } }];
+schemas.ResponsesTool = {
+  type: "object",
+  description: "A function, custom or namespace tool, or a hosted one (accepted, not offered).",
+  required: ["type"],
+  properties: {
+    ...RESPONSES_TOOL_FIELDS,
+    tools: {
+      type: "array",
+      description: "namespace: the function and custom tools it groups.",
+      items: { type: "object", required: ["type"], properties: RESPONSES_TOOL_FIELDS, ...byType([RESPONSES_NAMED_TOOLS]) },
+    },
+  },
+  ...byType([RESPONSES_NAMED_TOOLS, ["namespace", { required: ["name", "tools"], properties: { name: TOOL_NAME, tools: { type: "array" } } }]]),
 };
 schemas.ResponsesRequest = {
   type: "object",
@@ -904,7 +1023,7 @@ schemas.ResponsesRequest = {
       ],
     },
     instructions: { type: ["string", "null"], description: "System prompt." },
-    tools: nullable({ type: "array", items: { type: "object" }, description: "function, custom and namespace tools." }),
+    tools: nullable({ type: "array", items: ref("ResponsesTool"), description: "function, custom and namespace tools." }),
     tool_choice: RESPONSES_TOOL_CHOICE,
     parallel_tool_calls: nullable({ type: "boolean", default: false, description: "Echoed in the response." }),
     reasoning: nullable({ type: "object", description: "Fields: effort.", properties: { effort: { type: ["string", "null"] }, summary: { type: ["string", "null"] } } }),

@@ -82,6 +82,24 @@ export class ApiError extends Error {
   }
 }
 
+/** Most characters of a client's value an error message repeats. */
+export const QUOTE_MAX = 64;
+
+/**
+ * A client's value as an error message repeats it: JSON-quoted and cut to QUOTE_MAX characters
+ * (with its length), so a 1 MB name cannot become a 1 MB error body or log line.
+ */
+export function quoted(value: unknown): string {
+  const text = typeof value === "string" ? value : (JSON.stringify(value) ?? String(value));
+  if (text.length <= QUOTE_MAX) return JSON.stringify(text);
+  return `${JSON.stringify(text.slice(0, QUOTE_MAX))}… (${text.length} characters)`;
+}
+
+/** A client's text cut as quoted() cuts it, for messages that quote it their own way. */
+export function clipped(text: string): string {
+  return text.length <= QUOTE_MAX ? text : `${text.slice(0, QUOTE_MAX)}… (${text.length} characters)`;
+}
+
 /** Shorthand for a 400 naming the offending field. */
 export function badField(field: string, why: string): ApiError {
   return new ApiError("invalid_request", `${field}: ${why}`, { param: field });

@@ -23,8 +23,10 @@
 // (anyOf with sibling keywords and allOf copy subtrees, so a small schema can expand
 // exponentially), MAX_DEPTH levels of nesting, MAX_GRAMMAR_BYTES of grammar text. A $ref that
 // reaches itself before any byte is written ({"$ref": "#"}) describes no finite JSON text and
-// is refused as well; the native grammar compiler would reject it as left-recursive. Every
-// refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
+// is refused as well; the native grammar compiler would reject it as left-recursive. So is a
+// schema any part of which can never end (a.b requires b, b.a requires a; a non-empty array of
+// itself): the grammar would still accept every prefix, and a forced call would write until
+// max_tokens. Every refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
 import type { ChatPrompt, ToolSpec } from "../engine/types.js";
 
@@ -172,6 +174,31 @@ class GrammarBuilder {
     this.expanding = new Map();
     this.visits = 0;
     return this.visit(schema, hint);
+  }
+
+  /**
+   * For each expression, a rule it can reach that derives no finite text, or null. Such a rule
+   * (a.b requires b, b.a requires a) still matches every prefix, so a sampler that enters it
+   * writes until max_tokens; the call must be refused instead.
+   */
+  endless(exprs: string[]): (string | null)[] {
+    const g = new Derivations();
+    const roots = exprs.map((e) => g.parse(e));
+    const bodies = new Map<string, number>();
+    for (const [name, body] of this.rules) bodies.set(name, g.parse(body));
+    const finite = g.finite(bodies);
+    // Named by the $ref that loops when there is one: that is the name the client wrote.
+    const refRules = new Set(this.refs.values());
+    return roots.map((root) => {
+      const stuck = g.unending(root, bodies, finite);
+      return stuck.find((r) => refRules.has(r)) ?? stuck[0] ?? null;
+    });
+  }
+
+  /** The $ref a rule was made for, if any (to name it in a refusal). */
+  refOf(rule: string): string | undefined {
+    for (const [ref, name] of this.refs) if (name === rule) return ref;
+    return undefined;
   }
 
   text(rootBody: string): string {
@@ -381,6 +408,132 @@ class GrammarBuilder {
   }
 }
 
+/**
+ * The builder's grammar text as an and/or graph, to find rules that derive no finite text: a
+ * sequence needs all its parts, an alternation one of them, a literal or character class is
+ * finite, an optional or `*` part is finite whatever it holds. Linear in the grammar's size
+ * (the classic productive-symbols propagation), so a big schema costs no more here than to build.
+ */
+class Derivations {
+  /** Node kinds: a finite leaf, a rule reference, a sequence (all), an alternation (any), optional. */
+  private kind: ("leaf" | "ref" | "all" | "any" | "opt")[] = [];
+  private kids: number[][] = [];
+  private ruleOf: (string | null)[] = [];
+
+  private node(kind: "leaf" | "ref" | "all" | "any" | "opt", kids: number[] = [], rule: string | null = null): number {
+    this.kind.push(kind);
+    this.kids.push(kids);
+    this.ruleOf.push(rule);
+    return this.kind.length - 1;
+  }
+
+  /** One rule body or expression, in the syntax GrammarBuilder writes. */
+  parse(text: string): number {
+    let i = 0;
+    const space = () => {
+      while (i < text.length && text[i] === " ") i++;
+    };
+    const skipQuoted = (close: string) => {
+      for (i++; i < text.length && text[i] !== close; i++) if (text[i] === "\\") i++;
+      i++;
+    };
+    const alternation = (): number => {
+      const alts = [sequence()];
+      space();
+      while (text[i] === "|") {
+        i++;
+        alts.push(sequence());
+        space();
+      }
+      return alts.length === 1 ? alts[0] : this.node("any", alts);
+    };
+    const sequence = (): number => {
+      const items: number[] = [];
+      for (;;) {
+        space();
+        const c = text[i];
+        if (c === undefined || c === "|" || c === ")") break;
+        let item: number;
+        if (c === '"') {
+          skipQuoted('"');
+          item = this.node("leaf");
+        } else if (c === "[") {
+          skipQuoted("]");
+          item = this.node("leaf");
+        } else if (c === "(") {
+          i++;
+          item = alternation();
+          space();
+          i++; // ")"
+        } else {
+          const m = /^[A-Za-z0-9-]+/.exec(text.slice(i, i + 64));
+          if (!m) throw new Error(`grammar text not understood at ${i}: ${text.slice(i, i + 20)}`);
+          i += m[0].length;
+          item = this.node("ref", [], m[0]);
+        }
+        // Postfix repetition: with a minimum of 0 the part may be left out.
+        const q = /^(\*|\+|\?|\{(\d+)(,\d*)?\})/.exec(text.slice(i, i + 24));
+        if (q) {
+          i += q[0].length;
+          if (q[1] === "*" || q[1] === "?" || q[2] === "0") item = this.node("opt", [item]);
+        }
+        items.push(item);
+      }
+      return items.length === 1 ? items[0] : this.node("all", items);
+    };
+    return alternation();
+  }
+
+  /** Which nodes derive a finite text, given each rule's body node. */
+  finite(bodies: Map<string, number>): boolean[] {
+    const n = this.kind.length;
+    const done = new Array<boolean>(n).fill(false);
+    const waiting = new Array<number>(n).fill(0);
+    const parents: number[][] = Array.from({ length: n }, () => []);
+    const queue: number[] = [];
+    for (let v = 0; v < n; v++) {
+      const kids = this.kind[v] === "ref" ? [bodies.get(this.ruleOf[v]!) ?? -1] : this.kids[v];
+      if (this.kind[v] === "leaf" || this.kind[v] === "opt" || (this.kind[v] === "all" && kids.length === 0)) {
+        done[v] = true;
+        queue.push(v);
+        continue;
+      }
+      if (kids[0] === -1) continue; // a rule the grammar lacks: never finite
+      waiting[v] = this.kind[v] === "all" ? kids.length : 1;
+      for (const k of kids) parents[k].push(v);
+    }
+    while (queue.length > 0) {
+      const v = queue.pop()!;
+      for (const p of parents[v]) {
+        if (done[p]) continue;
+        if (--waiting[p] === 0 || this.kind[p] !== "all") {
+          done[p] = true;
+          queue.push(p);
+        }
+      }
+    }
+    return done;
+  }
+
+  /** The rules reachable from `root` (optional parts included) that are not finite, in the order met. */
+  unending(root: number, bodies: Map<string, number>, finite: boolean[]): string[] {
+    const seen = new Set<number>();
+    const stack = [root];
+    const found: string[] = [];
+    while (stack.length > 0) {
+      const v = stack.pop()!;
+      if (seen.has(v)) continue;
+      seen.add(v);
+      if (this.kind[v] === "ref") {
+        const body = bodies.get(this.ruleOf[v]!);
+        if (!finite[v] && !found.includes(this.ruleOf[v]!)) found.push(this.ruleOf[v]!);
+        if (body !== undefined) stack.push(body);
+      } else stack.push(...this.kids[v]);
+    }
+    return found;
+  }
+}
+
 /** `#`, `#/$defs/x`, `#/definitions/x` … (JSON pointer, ~0 ~1 and %-escapes) inside `root`. */
 function resolvePointer(root: unknown, ref: string): unknown {
   if (!ref.startsWith("#")) return undefined;
@@ -442,6 +595,7 @@ export interface ToolCallGrammarOptions {
 export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions = {}): string {
   if (tools.length === 0) throw new Error("toolCallGrammar: no tools");
   const b = new GrammarBuilder();
+  const argsOf: string[] = [];
   const calls = tools.map((t) => {
     let args: string;
     try {
@@ -455,8 +609,18 @@ export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions 
       if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
       throw e;
     }
+    argsOf.push(args);
     if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args}`;
     return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
+  });
+  // A call of any of these tools must be able to end, since the model may choose any of them.
+  b.endless(argsOf).forEach((rule, i) => {
+    if (rule === null) return;
+    const ref = b.refOf(rule);
+    throw new ToolSchemaError(
+      tools[i].name,
+      `${ref !== undefined ? `'${ref.slice(0, 100)}'` : "it"} can never end: every value it allows contains another one (a recursive schema whose required properties or non-empty arrays leave no base case)`,
+    );
   });
   const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
   if (opts.harmony) return b.text(call);

@@ -5,7 +5,7 @@
 // agent sends the same tools every turn.
 import { Worker } from "node:worker_threads";
 import { createHash } from "node:crypto";
-import { ApiError } from "../errors.js";
+import { ApiError, clipped } from "../errors.js";
 import type { ToolSpec } from "./types.js";
 
 export interface GrammarTask {
@@ -29,7 +29,10 @@ interface Pending {
 
 /** The 400 for a tool whose schema cannot constrain a forced call. */
 export function toolSchemaError(tools: string[], reason: string): ApiError {
-  const which = tools.length === 1 ? `tool '${tools[0]}'` : `tools ${tools.map((t) => `'${t}'`).join(", ")}`;
+  // Names are the client's: each is cut, and a long list names its first few.
+  const names = tools.slice(0, 8).map((t) => `'${clipped(t)}'`);
+  if (tools.length > 8) names.push(`${tools.length - 8} more`);
+  const which = tools.length === 1 ? `tool ${names[0]}` : `tools ${names.join(", ")}`;
   return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a forced tool call: ${reason}.`, { param: "tools" });
 }
 

@@ -301,11 +301,11 @@ export interface components {
              */
             model?: string;
             /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text: string;
-                /** @constant */
-                type: "text";
-            }[];
+            system?: string | ({
+                text?: string;
+                /** @enum {string} */
+                type: "text" | "image" | "document";
+            } & unknown)[];
             /** @description Fields: type, budget_tokens. */
             thinking?: {
                 budget_tokens?: number;
@@ -318,9 +318,9 @@ export interface components {
                 name?: string;
                 /** @enum {string} */
                 type: "auto" | "any" | "tool" | "none";
-            };
+            } & unknown;
             /** @description Client tools the model may call. */
-            tools?: Record<string, never>[];
+            tools?: components["schemas"]["AnthropicTool"][];
         };
         /** @description Anthropic error shape (/v1/messages and /v1/messages/count_tokens). */
         AnthropicError: {
@@ -347,14 +347,16 @@ export interface components {
              */
             type: "error";
         };
+        /** @description A content block; image and document blocks are refused. */
+        AnthropicInputBlock: {
+            text?: string;
+            /** @enum {string} */
+            type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result" | "image" | "document";
+        } & (unknown & unknown & unknown & unknown);
         /** @description One turn of the conversation. */
         AnthropicInputMessage: {
             /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-            content: string | {
-                text?: string;
-                /** @enum {string} */
-                type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result";
-            }[];
+            content: string | components["schemas"]["AnthropicInputBlock"][];
             /** @enum {string} */
             role: "user" | "assistant" | "system";
         };
@@ -438,7 +440,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -448,11 +450,11 @@ export interface components {
              */
             stream?: boolean | null;
             /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text: string;
-                /** @constant */
-                type: "text";
-            }[];
+            system?: string | ({
+                text?: string;
+                /** @enum {string} */
+                type: "text" | "image" | "document";
+            } & unknown)[];
             /**
              * @description 0 = greedy (default). Up to 4.
              * @default 0
@@ -470,9 +472,9 @@ export interface components {
                 name?: string;
                 /** @enum {string} */
                 type: "auto" | "any" | "tool" | "none";
-            };
+            } & unknown;
             /** @description Client tools the model may call. */
-            tools?: Record<string, never>[];
+            tools?: components["schemas"]["AnthropicTool"][];
             /**
              * @description Keep the k most likely tokens; 0 = off.
              * @default 0
@@ -529,6 +531,14 @@ export interface components {
         AnthropicTokenCount: {
             /** @description Prompt tokens after the chat template. */
             input_tokens: number;
+        };
+        /** @description A client tool (no type, or custom), or an Anthropic-hosted one (a versioned type), which is accepted and not offered. */
+        AnthropicTool: {
+            description?: string | null;
+            /** @description JSON Schema of the arguments. */
+            input_schema?: Record<string, never> | null;
+            name: string;
+            type?: string;
         };
         AnthropicToolUseBlock: {
             id: string;
@@ -688,7 +698,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -717,7 +727,7 @@ export interface components {
                 type: "function";
             } | null;
             /** @description Function tools the model may call. */
-            tools?: Record<string, never>[] | null;
+            tools?: components["schemas"]["ChatTool"][] | null;
             /**
              * @description Keep the k most likely tokens; 0 = off.
              * @default 0
@@ -735,11 +745,11 @@ export interface components {
         ChatCompletionStreamPayload: components["schemas"]["ChatCompletionChunk"] | components["schemas"]["OpenAIStreamError"];
         ChatMessage: {
             /** @description Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            content?: string | {
-                text: string;
+            content?: string | ({
+                text?: string;
                 /** @enum {string} */
-                type: "text" | "input_text";
-            }[] | null;
+                type: "text" | "input_text" | "image_url" | "input_image" | "input_audio" | "audio" | "file" | "input_file" | "image";
+            } & unknown)[] | null;
             /** @description Accepted and ignored. */
             name?: string;
             /** @description assistant: its earlier thinking. */
@@ -757,6 +767,17 @@ export interface components {
                 id?: string;
                 type?: string;
             }[] | null;
+        };
+        /** @description A function tool: its name, description and parameters (JSON Schema). */
+        ChatTool: {
+            function: {
+                description?: string | null;
+                name: string;
+                /** @description JSON Schema of the arguments. */
+                parameters?: Record<string, never> | null;
+            };
+            /** @constant */
+            type: "function";
         };
         ChatUsage: {
             completion_tokens: number;
@@ -1080,16 +1101,18 @@ export interface components {
         };
         /** @description One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item. */
         ResponsesInputItem: {
+            call_id?: string;
             content?: string | {
                 text?: string;
                 /** @enum {string} */
-                type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal";
+                type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal" | "input_image" | "input_file" | "input_audio";
             }[] | null;
+            id?: string;
             /** @enum {string} */
             role?: "system" | "developer" | "user" | "assistant";
             /** @enum {string} */
-            type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning";
-        };
+            type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning" | "item_reference";
+        } & (unknown & unknown & unknown & unknown & unknown);
         ResponsesMessageItem: {
             content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
@@ -1269,7 +1292,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
@@ -1307,7 +1330,7 @@ export interface components {
                 function: Record<string, never>;
             }) | null;
             /** @description function, custom and namespace tools. */
-            tools?: Record<string, never>[] | null;
+            tools?: components["schemas"]["ResponsesTool"][] | null;
             /**
              * @description Keep the k most likely tokens; 0 = off.
              * @default 0
@@ -1354,6 +1377,18 @@ export interface components {
         };
         /** @description One event: + data: pair; type is the same as the SSE event name. An error after the stream started is sent as event error, then response.failed (the response with status failed and its error). */
         ResponsesStreamEvent: components["schemas"]["ResponsesCreatedEvent"] | components["schemas"]["ResponsesInProgressEvent"] | components["schemas"]["ResponsesCompletedEvent"] | components["schemas"]["ResponsesFailedEvent"] | components["schemas"]["ResponsesIncompleteEvent"] | components["schemas"]["ResponsesOutputItemAddedEvent"] | components["schemas"]["ResponsesOutputItemDoneEvent"] | components["schemas"]["ResponsesContentPartAddedEvent"] | components["schemas"]["ResponsesContentPartDoneEvent"] | components["schemas"]["ResponsesOutputTextDeltaEvent"] | components["schemas"]["ResponsesOutputTextDoneEvent"] | components["schemas"]["ResponsesFunctionCallArgumentsDeltaEvent"] | components["schemas"]["ResponsesFunctionCallArgumentsDoneEvent"] | components["schemas"]["ResponsesReasoningTextDeltaEvent"] | components["schemas"]["ResponsesReasoningTextDoneEvent"] | components["schemas"]["ResponsesCustomToolCallInputDeltaEvent"] | components["schemas"]["ResponsesCustomToolCallInputDoneEvent"] | components["schemas"]["ResponsesErrorEvent"];
+        /** @description A function, custom or namespace tool, or a hosted one (accepted, not offered). */
+        ResponsesTool: {
+            description?: string | null;
+            name?: string;
+            /** @description namespace: the function and custom tools it groups. */
+            tools?: ({
+                description?: string | null;
+                name?: string;
+                type: string;
+            } & unknown)[];
+            type: string;
+        } & (unknown & unknown);
         ResponsesUsage: {
             input_tokens: number;
             input_tokens_details: {
@@ -1440,7 +1475,7 @@ export interface components {
              * @description Sampling seed; a random one when absent.
              */
             seed?: number | null;
-            /** @description A string or a list of non-empty strings; the text ends before the first one. */
+            /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
             stop?: string | string[] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;

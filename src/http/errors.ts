@@ -54,9 +54,16 @@ export function fieldName(instancePath: string): string {
  */
 export function requestValidationError(errors: AjvError[] | null | undefined, requestSchema: Record<string, any> | null): ApiError {
   const list = errors ?? [];
-  // oneOf/anyOf summaries say less than the branch errors they collect; prefer a concrete one.
+  // oneOf/anyOf summaries say less than the branch errors they collect; prefer a concrete one,
+  // and of those the deepest: a oneOf of a string or a list of parts reports "must be string"
+  // first, while the branch that matched the value's JSON type failed further in, where the
+  // client's mistake is.
   const concrete = list.filter((e) => !["oneOf", "anyOf", "if", "not"].includes(e.keyword));
-  const e = concrete[0] ?? list[0];
+  // A missing property is a field one level below the object that lacks it.
+  const depth = (x: AjvError) => x.instancePath.split("/").length + (x.keyword === "required" ? 1 : 0);
+  // At one depth, a branch that took the value's JSON type and failed on something else says more.
+  const rank = (x: AjvError) => depth(x) * 2 + (x.keyword === "type" ? 0 : 1);
+  const e = concrete.reduce<AjvError | undefined>((best, x) => (best === undefined || rank(x) > rank(best) ? x : best), undefined) ?? list[0];
   if (!e) return new ApiError("invalid_request");
   let field = fieldName(e.instancePath);
   if (e.keyword === "required" && typeof e.params.missingProperty === "string") {
@@ -72,6 +79,11 @@ export function requestValidationError(errors: AjvError[] | null | undefined, re
     return unsupported(field, reason);
   }
   let why = e.message ?? "is invalid";
+  if (e.keyword === "type") {
+    // Each branch of a union by JSON type (a string or a list of parts) refuses the value alike.
+    const types = concrete.filter((x) => x.keyword === "type" && x.instancePath === e.instancePath).flatMap((x) => String(x.params.type).split(","));
+    why = `must be ${[...new Set(types)].join(" or ")}`;
+  }
   if (e.keyword === "enum" && Array.isArray(e.params.allowedValues)) why = `must be one of ${e.params.allowedValues.map((v) => JSON.stringify(v)).join(", ")}`;
   if (e.keyword === "const") why = `must be ${JSON.stringify(e.params.allowedValue)}`;
   return badField(field, why);

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { OutputParser } from "../../src/chat/parser.js";
-import { forcedTools, gbnfLiteral, schemaGrammar, toolCallGrammar } from "../../src/chat/tool-grammar.js";
+import { forcedTools, gbnfLiteral, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
 import { capturedRequests } from "../clients/captured.js";
 
@@ -203,6 +203,48 @@ describe("tool grammar: forced tool calls", () => {
     expect(check(g, [call("search", { q: "x" }), call("get_weather", { city: "x" })])).to.deep.equal(["1", "0"]);
     const t = toolCallGrammar([search], { starts_in_thinking: true });
     expect(check(t, ["</think>\n\n" + call("search", { q: "x" }), call("search", { q: "x" })])).to.deep.equal(["1", "0"]);
+  });
+
+  it("refuses a tool whose schema can never end (recursion through required properties, non-empty arrays), naming the tool", () => {
+    const tool = (parameters: Record<string, unknown>): ToolSpec => ({ name: "loop", kind: "function", parameters });
+    const mutual = {
+      type: "object",
+      properties: { a: { $ref: "#/$defs/A" } },
+      required: ["a"],
+      $defs: {
+        A: { type: "object", properties: { b: { $ref: "#/$defs/B" } }, required: ["b"] },
+        B: { type: "object", properties: { a: { $ref: "#/$defs/A" } }, required: ["a"] },
+      },
+    };
+    const unending = [
+      mutual,
+      // The cycle behind an optional property is still a trap: a model that starts it cannot stop.
+      { ...mutual, required: [] },
+      // Three rules long, through a non-empty array.
+      {
+        $defs: {
+          X: { type: "object", properties: { y: { $ref: "#/$defs/Y" } }, required: ["y"] },
+          Y: { type: "array", items: { $ref: "#/$defs/Z" }, minItems: 1 },
+          Z: { anyOf: [{ $ref: "#/$defs/X" }, { type: "array", items: { $ref: "#/$defs/X" }, minItems: 2 }] },
+        },
+        type: "object",
+        properties: { x: { $ref: "#/$defs/X" } },
+      },
+      // A self-reference one level in ({"n": <itself>}): not left-recursive, still endless.
+      { type: "object", properties: { n: { $ref: "#" } }, required: ["n"] },
+    ];
+    for (const schema of unending) {
+      expect(() => toolCallGrammar([search, tool(schema)]), JSON.stringify(schema)).to.throw(ToolSchemaError, /'#(\/\$defs\/[A-Z])?' can never end/).with.property("tool", "loop");
+    }
+    // Recursion with a way out is fine: an optional property, an array that may be empty, an anyOf with a leaf.
+    const finite = [
+      { type: "object", properties: { n: { $ref: "#" } } },
+      { type: "object", properties: { kids: { type: "array", items: { $ref: "#" } } }, required: ["kids"] },
+      { $defs: { e: { anyOf: [{ type: "integer" }, { type: "object", properties: { l: { $ref: "#/$defs/e" } }, required: ["l"] }] } }, $ref: "#/$defs/e" },
+    ];
+    for (const schema of finite) expect(() => toolCallGrammar([tool(schema)]), JSON.stringify(schema)).to.not.throw();
+    const g = toolCallGrammar([tool(finite[1])]);
+    expect(check(g, [call("loop", { kids: [{ kids: [] }] })])).to.deep.equal(["1"]);
   });
 
   it("tools without parameters take {}", () => {

@@ -155,7 +155,7 @@ describe("contract: openapi.json", () => {
     walk(doc.paths, "#/paths");
     walk(doc.components, "#/components");
     const text = JSON.stringify(doc.components.schemas);
-    expect(text.split(`"${UNSUPPORTED_KEYWORD}"`).length - 1, "logprobs x3 (answers), chat logprobs + top_logprobs, completions logprobs, responses top_logprobs + include, output_config.format").to.equal(9);
+    expect(text.split(`"${UNSUPPORTED_KEYWORD}"`).length - 1, "logprobs x3 (answers), chat logprobs + top_logprobs, completions logprobs, responses top_logprobs + include, output_config.format; media part types: chat, responses (message content, tool output, reasoning summary), anthropic (blocks, tool_result content, system x2); item_reference").to.equal(18);
   });
 
   it("marks the model id placeholders, and fillModelId fills every one", () => {

@@ -40,6 +40,17 @@ function ambiguousSchema(before = 0): Record<string, unknown> {
 
 const CASES: [string, Record<string, unknown>, RegExp][] = [
   ["self", { $ref: "#" }, /refers to itself/],
+  // a.b -> b.a, both required: every prefix is valid JSON-so-far, none ever closes.
+  [
+    "mutual",
+    {
+      type: "object",
+      properties: { a: { $ref: "#/$defs/A" } },
+      required: ["a"],
+      $defs: { A: { type: "object", properties: { b: { $ref: "#/$defs/B" } }, required: ["b"] }, B: { type: "object", properties: { a: { $ref: "#/$defs/A" } }, required: ["a"] } },
+    },
+    /can never end/,
+  ],
   ["ambiguous", ambiguousSchema(), /grammar engine cannot follow it: too ambiguous .* after the arguments "\{\\"a\\": \[{11}"/],
   ["exploding", explodingSchema(24), /too complex/],
   ["deep", deepSchema(1000), /nested/],

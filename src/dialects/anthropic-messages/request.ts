@@ -1,5 +1,5 @@
 import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
-import { badField, unsupported } from "../../errors.js";
+import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
 import type { MessageParam, MessagesRequest, RequestBlock, ToolParam, ToolResultBlock } from "./types.js";
@@ -14,8 +14,8 @@ function textOfBlocks(blocks: RequestBlock[], field: string, allowed: ReadonlySe
   blocks.forEach((block, j) => {
     const where = `${field}[${j}]`;
     if (block.type === "text") parts.push((block as { text: string }).text);
-    else if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${block.type} content (the model reads text only)`);
-    else if (!allowed.has(block.type)) throw badField(where, `unexpected content block type "${block.type}"`);
+    else if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${quoted(block.type)} content (the model reads text only)`);
+    else if (!allowed.has(block.type)) throw badField(where, `unexpected content block type ${quoted(block.type)}`);
   });
   return parts.join("");
 }
@@ -47,7 +47,7 @@ function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
   if (choice.type === "none") return { type: "none" };
   if (choice.type === "any") return { type: "required" };
   if (choice.type === "tool") {
-    if (!tools.some((t) => t.name === choice.name)) throw badField("tool_choice.name", `no tool named "${choice.name}" in tools`);
+    if (!tools.some((t) => t.name === choice.name)) throw badField("tool_choice.name", `no tool named ${quoted(choice.name)} in tools`);
     return { type: "tool", name: choice.name };
   }
   throw badField("tool_choice.type", `must be auto, any, tool or none`);
@@ -129,9 +129,9 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
           const name = callNames.get(result.tool_use_id);
           turns.push({ role: "tool", tool_call_id: result.tool_use_id, ...(name ? { name } : {}), content: toolResultText(result, where) });
         } else if (MEDIA_BLOCKS.has(block.type)) {
-          throw unsupported(where, `${block.type} content (the model reads text only)`);
+          throw unsupported(where, `${quoted(block.type)} content (the model reads text only)`);
         } else {
-          throw badField(where, `unexpected content block type "${block.type}" in a user message`);
+          throw badField(where, `unexpected content block type ${quoted(block.type)} in a user message`);
         }
       });
       flush();
@@ -164,8 +164,8 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
             break;
           }
           default:
-            if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${block.type} content (the model reads text only)`);
-            throw badField(where, `unexpected content block type "${block.type}" in an assistant message`);
+            if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${quoted(block.type)} content (the model reads text only)`);
+            throw badField(where, `unexpected content block type ${quoted(block.type)} in an assistant message`);
         }
       });
       const turn: ChatTurn = { role: "assistant", content: text.join("") };

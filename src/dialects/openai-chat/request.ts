@@ -1,5 +1,5 @@
 import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
-import { badField, unsupported } from "../../errors.js";
+import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, enableThinking, generationRequest } from "../shared/request.js";
 import type { ChatCompletionRequest, ChatMessage, RequestContext } from "./types.js";
 
@@ -18,8 +18,8 @@ function contentText(content: ChatMessage["content"], field: string): string {
         if (typeof part.text !== "string") throw badField(`${where}.text`, "must be a string");
         return part.text;
       }
-      if (MEDIA_PARTS.has(part.type)) throw unsupported(where, `${part.type} content (the model reads text only)`);
-      throw badField(where, `unexpected content part type "${part.type}"`);
+      if (MEDIA_PARTS.has(part.type)) throw unsupported(where, `${quoted(part.type)} content (the model reads text only)`);
+      throw badField(where, `unexpected content part type ${quoted(part.type)}`);
     })
     .join("");
 }
@@ -71,7 +71,7 @@ export function chatTurns(messages: ChatMessage[]): { system: string[]; turns: C
         return;
       }
       default:
-        throw badField(`${field}.role`, `unexpected role "${(m as Json).role}"`);
+        throw badField(`${field}.role`, `unexpected role ${quoted((m as Json).role)}`);
     }
   });
   return { system, turns };
@@ -104,7 +104,7 @@ export function toolChoice(raw: ChatCompletionRequest["tool_choice"], tools: Too
     const loose = raw as { function?: { name?: unknown }; name?: unknown };
     const name = loose.function?.name ?? loose.name;
     if (typeof name !== "string") throw badField("tool_choice.function.name", "is required");
-    if (!tools.some((t) => t.name === name)) throw badField("tool_choice.function.name", `no tool named "${name}" in tools`);
+    if (!tools.some((t) => t.name === name)) throw badField("tool_choice.function.name", `no tool named ${quoted(name)} in tools`);
     return { type: "tool", name };
   }
   throw badField("tool_choice", 'must be "auto", "none", "required" or {"type": "function", "function": {"name": …}}');

@@ -1,5 +1,5 @@
 import type { ChatPrompt, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } from "../../engine/types.js";
-import { badField, unsupported } from "../../errors.js";
+import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
 import type { ContentPart, InputItem, ResponsesRequest, ToolParam } from "./types.js";
@@ -16,7 +16,7 @@ function partsText(content: string | ContentPart[] | null | undefined, field: st
     .map((part, j) => {
       if (TEXT_PARTS.has(part.type)) return part.text ?? "";
       if (part.type === "refusal") return typeof part.refusal === "string" ? part.refusal : "";
-      throw unsupported(`${field}[${j}]`, `${part.type} content (the model reads text only)`);
+      throw unsupported(`${field}[${j}]`, `${quoted(part.type)} content (the model reads text only)`);
     })
     .join("");
 }
@@ -61,7 +61,7 @@ function toolChoice(body: ResponsesRequest, tools: ToolSpec[]): ToolChoice {
   if (typeof choice === "object" && (choice.type === "function" || choice.type === "custom")) {
     const name = choice.name ?? choice.function?.name;
     if (!name) throw badField("tool_choice.name", "names no tool");
-    if (!tools.some((t) => t.name === name)) throw badField("tool_choice.name", `no tool named "${name}" in tools`);
+    if (!tools.some((t) => t.name === name)) throw badField("tool_choice.name", `no tool named ${quoted(name)} in tools`);
     return { type: "tool", name };
   }
   throw unsupported("tool_choice", "only auto, none, required or a function / custom tool can be chosen");
@@ -158,7 +158,7 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
       case "item_reference":
         throw unsupported(field, "item_reference (this server stores no responses)");
       default:
-        throw badField(`${field}.type`, `unknown input item type "${String(type)}"`);
+        throw badField(`${field}.type`, `unknown input item type ${quoted(type)}`);
     }
   });
 
@@ -170,7 +170,7 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
 /** Responses request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
 export function toInternal(body: ResponsesRequest, ctx: RequestContext): GenerationRequest {
   const format = body.text?.format;
-  if (format && format.type !== "text") throw unsupported("text.format", `${format.type} (structured output)`);
+  if (format && format.type !== "text") throw unsupported("text.format", `${quoted(format.type)} (structured output)`);
   (body.include ?? []).forEach((entry, i) => {
     if (typeof entry === "string" && entry.includes("logprobs")) throw unsupported(`include[${i}]`, "log probabilities");
   });
