@@ -135,6 +135,7 @@ class DiskTier {
     mkdir(dir_.c_str(), 0700);  // the caller made its parents; an existing one is fine
     scan();
     writer_ = std::thread([this] { run(); });
+    reader_ = std::thread([this] { read_ahead(); });
   }
 
   ~DiskTier() {
@@ -143,7 +144,47 @@ class DiskTier {
       stop_ = true;
     }
     cv_.notify_all();
+    ra_cv_.notify_all();
     writer_.join();  // the queue is drained first: what a stopping server held reaches the disk
+    reader_.join();
+  }
+
+  // The files of the longest prefix of tokens the index holds, handed to the reader thread.
+  size_t prefetch(const int32_t* tokens, size_t n) {
+    std::vector<uint64_t> keys;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      uint64_t parent = ns_lo_;
+      for (size_t pos = 0; pos < n;) {
+        auto it = kids_.find(parent);
+        if (it == kids_.end()) break;
+        uint64_t best = 0;
+        size_t best_l = 0;
+        uint32_t best_n = 0;
+        for (uint64_t k : it->second) {
+          const Entry& e = entries_.at(k);
+          if (e.pos != pos) continue;
+          const size_t lim = std::min<size_t>(e.n, n - pos);
+          size_t l = 0;
+          while (l < lim && e.tokens[l] == tokens[pos + l]) l++;
+          if (l > best_l) {
+            best = k;
+            best_l = l;
+            best_n = e.n;
+          }
+        }
+        if (best_l == 0) break;
+        keys.push_back(best);
+        if (best_n < PromptCache::kBlockTokens || best_l < PromptCache::kBlockTokens) break;
+        parent = best;
+        pos += PromptCache::kBlockTokens;
+      }
+      if (keys.empty() || stop_) return 0;
+      // Only the newest request's blocks matter: an older list not started yet is replaced.
+      ra_keys_ = keys;
+    }
+    ra_cv_.notify_all();
+    return keys.size();
   }
 
   bool pinned(uint32_t b) const { return pins_[b].load(std::memory_order_acquire) != 0; }
@@ -407,6 +448,26 @@ class DiskTier {
     }
   }
 
+  // Read-ahead: the OS reads the files in the background (POSIX_FADV_WILLNEED), so the
+  // scheduler's read at admission finds them in the page cache.
+  void read_ahead() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      ra_cv_.wait(lk, [&] { return stop_ || !ra_keys_.empty(); });
+      if (stop_) return;
+      std::vector<uint64_t> keys;
+      keys.swap(ra_keys_);
+      lk.unlock();
+      for (uint64_t k : keys) {
+        const int fd = open(path_of(k).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+        close(fd);
+      }
+      lk.lock();
+    }
+  }
+
   // Through a temporary file of this writer's own and an atomic rename: a reader sees a whole
   // file or none. Returns 0 or the errno.
   int write_file(Job& j) {
@@ -451,7 +512,8 @@ class DiskTier {
   size_t max_queued_ = 1;
 
   mutable std::mutex mu_;  // everything below
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable cv_, idle_cv_, ra_cv_;
+  std::vector<uint64_t> ra_keys_;  // files the reader thread is to read ahead
   std::deque<Job> queue_;
   std::unordered_set<uint64_t> queued_keys_;
   std::unordered_map<uint64_t, Entry> entries_;              // key -> block file
@@ -461,7 +523,7 @@ class DiskTier {
   std::atomic<int64_t> hit_tokens_{0};
   int last_errno_ = 0;
   bool stop_ = false, writing_ = false, logged_behind_ = false;
-  std::thread writer_;
+  std::thread writer_, reader_;
 };
 
 PromptCache::PromptCache(const std::string& path, uint64_t cap_bytes, size_t token_bytes, const std::string& ns,
@@ -698,6 +760,8 @@ int64_t PromptCache::import_from_disk(uint64_t parent, size_t pos, const int32_t
 void PromptCache::flush_disk() {
   if (disk_) disk_->flush();
 }
+
+size_t PromptCache::prefetch_disk(const int32_t* tokens, size_t n) { return disk_ ? disk_->prefetch(tokens, n) : 0; }
 
 PromptCache::Match PromptCache::lookup(const int32_t* tokens, size_t n) {
   Match m;

@@ -24,7 +24,9 @@
 // namespace. The writer works from the block in host memory, which stays pinned (not reused)
 // until its file is written; the scheduler thread never waits on a write. At start-up the tier
 // reads each file's header into an index; a lookup that runs past what host memory holds reads
-// the next blocks from their files into host memory (a read, in admission). A file is
+// the next blocks from their files into host memory (a read, in admission; prefetch_disk, which
+// any thread may call when a request arrives, has a reader thread start the OS reading those
+// files first, so that read is mostly a copy from the page cache). A file is
 // `<ns16>-<key16>.mbkv` (content-addressed: two servers that write the same block write the
 // same name, each through its own temporary file and an atomic rename); it carries the full
 // namespace and a header checksum, and its data checksum is checked before a byte is used.
@@ -106,6 +108,9 @@ class PromptCache {
   PromptCacheStats stats() const;
   // Waits until every block queued for the disk tier is written (tests; the destructor drains too).
   void flush_disk();
+  // Thread-safe (unlike the rest): asks the disk tier's reader thread to have the OS read ahead
+  // the files of the longest prefix of tokens[0, n) the tier holds. Returns the blocks asked for.
+  size_t prefetch_disk(const int32_t* tokens, size_t n);
   // Hex id of the namespace (with the layout mixed in), as Health reports it.
   const std::string& namespace_id() const { return ns_id_; }
 

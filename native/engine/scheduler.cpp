@@ -84,6 +84,8 @@ void Scheduler::stop() {
 }
 
 void Scheduler::submit(EngineRequest req) {
+  // cache_ is fixed once the thread runs, and prefetch_disk is safe from any thread.
+  if (cache_) cache_->prefetch_disk(req.prompt.data(), req.prompt.size());
   auto s = std::make_unique<Seq>(std::move(req));
   s->t_submit = Clock::now();
   {

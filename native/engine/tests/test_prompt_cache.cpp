@@ -318,6 +318,9 @@ static void test_disk_tier() {
     PromptCache c("", 16ull << 20, kBt, "ns-disk", disk);
     CHECK_EQ(c.stats().blocks, int64_t(0));
     CHECK_EQ(c.stats().disk_blocks, int64_t(7));
+    // Read-ahead asks for a's whole path (3 full blocks and its tail), for another prompt none.
+    CHECK_EQ(c.prefetch_disk(a.data(), a.size()), size_t(4));
+    CHECK_EQ(c.prefetch_disk(seq(99, 100).data(), 100), size_t(0));
     bool ok = false;
     CHECK_EQ(restore_checked(c, a, 0, a.size(), &ok), size_t(200));
     CHECK(ok);
