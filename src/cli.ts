@@ -6,7 +6,7 @@ import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
 import type { CudaFootprint, CudaProbe, NativeAddon } from "./engine/native.js";
 import { notReadyError, unloadedModel } from "./engine/readiness.js";
-import { DEFAULTS, isLoopback } from "./config.js";
+import { DEFAULTS, isLoopback, promptCacheDir } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
 import { CONFORMANCE_COMMAND, CONFORMANCE_OPTIONS } from "./conformance/command.js";
@@ -30,6 +30,9 @@ run options:
   --slots N            Requests decoded together (default ${DEFAULTS.n_slots}).
   --threads N          CPU threads for the engine (default: all cores, ${availableParallelism()} here).
   --cache-ram MiB      Host memory for saved prompt states (default ${DEFAULTS.cache_ram_mib}).
+  --cache-dir DIR      Disk tier of the prompt cache: saved states written behind, read back by
+                       the next server of the same model (default $MASHBOX_HOME/prompt-cache).
+  --cache-disk MiB     Most disk the tier uses (default ${DEFAULTS.cache_disk_mib}; 0 = off).
   --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
                        Keys sharing a tenant name share its queue limit. With keys, /v1/*,
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
@@ -70,6 +73,8 @@ export interface RunConfig {
   n_slots: number;
   n_threads: number;
   cache_ram_mib: number;
+  cache_dir: string;
+  cache_disk_mib: number;
   api_key_file: string | undefined;
   allowed_hosts: string[];
   metrics_without_key: boolean;
@@ -105,6 +110,8 @@ export function parseRunArgs(args: string[]): RunConfig {
       slots: { type: "string" },
       threads: { type: "string" },
       "cache-ram": { type: "string" },
+      "cache-dir": { type: "string" },
+      "cache-disk": { type: "string" },
       "api-key-file": { type: "string" },
       "allowed-host": { type: "string", multiple: true },
       "metrics-without-key": { type: "boolean" },
@@ -130,6 +137,8 @@ export function parseRunArgs(args: string[]): RunConfig {
     n_slots: intOption("slots", values.slots, DEFAULTS.n_slots, 1, 256),
     n_threads: intOption("threads", values.threads, availableParallelism(), 1, 1024),
     cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
+    cache_dir: values["cache-dir"] ?? promptCacheDir(),
+    cache_disk_mib: intOption("cache-disk", values["cache-disk"], DEFAULTS.cache_disk_mib, 0),
     api_key_file: values["api-key-file"],
     allowed_hosts: values["allowed-host"] ?? [],
     metrics_without_key: values["metrics-without-key"] === true,
@@ -289,6 +298,8 @@ async function cmdRun(args: string[]): Promise<number> {
       n_threads: cfg.n_threads,
       device: cfg.device,
       cache_ram_mib: cfg.cache_ram_mib,
+      cache_dir: cfg.cache_dir,
+      cache_disk_mib: cfg.cache_disk_mib,
       chat_template: cfg.chat_template,
       // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
       // (systemd, Kubernetes) replace the whole process.

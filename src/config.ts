@@ -23,6 +23,8 @@ export const DEFAULTS = {
   n_ctx: 4096,
   n_slots: 4,
   cache_ram_mib: 8192,
+  /** The host cache's disk tier (--cache-disk), under promptCacheDir() unless --cache-dir. */
+  cache_disk_mib: 16384,
   /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
   body_limit_mib: 8,
 } as const;
@@ -30,6 +32,11 @@ export const DEFAULTS = {
 /** Where `mashbox pull` keeps models; MASHBOX_HOME moves it (tests, read-only homes). */
 export function cacheDir(): string {
   return process.env.MASHBOX_HOME ? join(process.env.MASHBOX_HOME, "models") : join(homedir(), ".cache", "mashbox", "models");
+}
+
+/** Default --cache-dir: the prompt cache's disk tier, beside the models. */
+export function promptCacheDir(): string {
+  return process.env.MASHBOX_HOME ? join(process.env.MASHBOX_HOME, "prompt-cache") : join(homedir(), ".cache", "mashbox", "prompt-cache");
 }
 
 /** Bracket-free form of a host ("[::1]" → "::1") lowercased, for comparisons. */

@@ -117,6 +117,26 @@ export function createMetrics(engine: Engine): Metrics {
   });
   fromStats("mashbox:host_cache_evictions_total", "Host prompt cache blocks removed to stay under its cap.", (s) => s.host_cache_evictions ?? 0);
   fromStats("mashbox:host_cache_hits_total", "Prompt tokens restored from the host-memory prompt cache.", (s) => s.host_cache_restored_tokens ?? 0);
+  // Its disk tier (--cache-dir): block files written behind, read back by a later server.
+  new Gauge({
+    name: "mashbox:host_cache_disk_bytes",
+    help: "Bytes of this server's prompt cache namespace in the disk tier.",
+    registers: reg,
+    collect() {
+      this.set(stats().host_cache_disk_bytes ?? 0);
+    },
+  });
+  new Gauge({
+    name: "mashbox:host_cache_disk_cap_bytes",
+    help: "Most bytes the prompt cache's disk tier holds (0 = off).",
+    registers: reg,
+    collect() {
+      this.set(stats().host_cache_disk_cap_bytes ?? 0);
+    },
+  });
+  fromStats("mashbox:host_cache_disk_hits_total", "Prompt tokens read back from the prompt cache's disk tier.", (s) => s.host_cache_disk_hit_tokens ?? 0);
+  fromStats("mashbox:host_cache_disk_evictions_total", "Disk tier blocks removed to stay under its cap.", (s) => s.host_cache_disk_evictions ?? 0);
+  fromStats("mashbox:host_cache_disk_rejected_total", "Torn or foreign disk tier files removed.", (s) => s.host_cache_disk_rejected ?? 0);
   new Counter({
     name: "mashbox:worker_restarts_total",
     help: "Times the model worker was started again after a fault.",

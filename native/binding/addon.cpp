@@ -35,6 +35,8 @@ struct LoadOptions {
   double cache_bytes = 0;
   std::string cache_path;
   std::string cache_namespace;
+  std::string cache_dir;       // its disk tier ("" = none)
+  double cache_disk_bytes = 0;
 };
 
 // Everything a loaded model owns, in destruction order (scheduler first: it uses the rest).
@@ -172,6 +174,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     so.max_batch = max_batch;
     so.cache_bytes = uint64_t(lo.cache_bytes);
     so.cache_path = lo.cache_path;
+    so.cache_dir = lo.cache_dir;
+    so.cache_disk_bytes = uint64_t(lo.cache_disk_bytes);
     // The caller names the model, tokenizer and template; the K/V type is the model's to say, and
     // the kernel set's (their results differ in the last bits, and so would the K/V).
     so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" +
@@ -412,6 +416,14 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("host_cache_saved_tokens", double(hc.saved_tokens));
     o.Set("host_cache_restored_tokens", double(hc.restored_tokens));
     o.Set("host_cache_persistent", hc.persistent);
+    o.Set("host_cache_disk_bytes", double(hc.disk_bytes));
+    o.Set("host_cache_disk_cap_bytes", double(hc.disk_cap_bytes));
+    o.Set("host_cache_disk_blocks", double(hc.disk_blocks));
+    o.Set("host_cache_disk_hit_tokens", double(hc.disk_hit_tokens));
+    o.Set("host_cache_disk_evictions", double(hc.disk_evictions));
+    o.Set("host_cache_disk_rejected", double(hc.disk_rejected));
+    o.Set("host_cache_disk_written", double(hc.disk_written));
+    o.Set("host_cache_disk_write_errors", double(hc.disk_write_errors));
     const std::string ns = loaded_->sched->cache_namespace();
     o.Set("cache_namespace", ns.empty() ? env.Null() : Napi::String::New(env, ns));
     if (!st.routed_expert_calls.empty()) {
@@ -511,7 +523,7 @@ class LoadWorker : public Napi::AsyncWorker {
 };
 
 // load({model_path, n_ctx, n_slots, n_threads, max_batch, device?: "cpu" | "cuda", cache_ram_mib?,
-//       cache_path?, cache_namespace?}, on_events) -> Promise<info>
+//       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?}, on_events) -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
   if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
@@ -526,6 +538,8 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   lo.cache_bytes = std::max(0.0, num(o, "cache_ram_mib", 0)) * 1048576.0;
   if (o.Get("cache_path").IsString()) lo.cache_path = o.Get("cache_path").As<Napi::String>().Utf8Value();
   if (o.Get("cache_namespace").IsString()) lo.cache_namespace = o.Get("cache_namespace").As<Napi::String>().Utf8Value();
+  if (o.Get("cache_dir").IsString()) lo.cache_dir = o.Get("cache_dir").As<Napi::String>().Utf8Value();
+  lo.cache_disk_bytes = std::max(0.0, num(o, "cache_disk_mib", 0)) * 1048576.0;
   if (o.Get("device").IsString()) {
     const std::string d = o.Get("device").As<Napi::String>().Utf8Value();
     if (d != "cpu" && d != "cuda") throw Napi::RangeError::New(env, "load: device must be \"cpu\" or \"cuda\", got \"" + d + "\"");

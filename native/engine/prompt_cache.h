@@ -18,7 +18,20 @@
 // parent is never older than its children; among equally old blocks the deepest goes first, which
 // makes the victim a leaf and keeps every held block reachable from the root.
 //
-// Not thread-safe: the scheduler thread is its only user.
+// Disk tier (optional, a directory): every block the cache saves is written behind to one file
+// of its own in the directory by a writer thread, so a block the host memory evicts, a state
+// point, and what a server held when it stopped are there for the next server of the same
+// namespace. The writer works from the block in host memory, which stays pinned (not reused)
+// until its file is written; the scheduler thread never waits on a write. At start-up the tier
+// reads each file's header into an index; a lookup that runs past what host memory holds reads
+// the next blocks from their files into host memory (a read, in admission; prefetch_disk, which
+// any thread may call when a request arrives, has a reader thread start the OS reading those
+// files first, so that read is mostly a copy from the page cache). A file is
+// `<ns16>-<key16>.mbkv` (content-addressed: two servers that write the same block write the
+// same name, each through its own temporary file and an atomic rename); it carries the full
+// namespace and a header checksum, and its data checksum is checked before a byte is used.
+//
+// The public API is not thread-safe: the scheduler thread is its only user.
 //
 // Dimension legend: N tokens per block (kBlockTokens), Bt bytes of K/V per token
 // (Model::kv_token_bytes), M blocks in the file (cap / block stride).
@@ -26,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,7 +56,23 @@ struct PromptCacheStats {
   int64_t saved_tokens = 0;    // tokens copied in from slots
   int64_t restored_tokens = 0; // tokens copied out into slots
   bool persistent = false;     // backed by a file another process can map
+  // Disk tier (all 0 when off)
+  int64_t disk_bytes = 0;        // bytes of this namespace's block files in the directory
+  int64_t disk_cap_bytes = 0;
+  int64_t disk_blocks = 0;
+  int64_t disk_hit_tokens = 0;   // tokens read back from disk into host memory by lookups
+  int64_t disk_evictions = 0;    // files removed to stay under the cap
+  int64_t disk_rejected = 0;     // torn or foreign files removed
+  int64_t disk_written = 0;      // block files written
+  int64_t disk_write_errors = 0; // writes that failed (unwritable or full directory); nothing else
 };
+
+struct PromptCacheDisk {
+  std::string dir;          // "" = no disk tier
+  uint64_t cap_bytes = 0;   // 0 = no disk tier
+};
+
+class DiskTier;
 
 class PromptCache {
  public:
@@ -51,7 +81,8 @@ class PromptCache {
   // `path` empty = private anonymous memory (nothing survives the process). A file another live
   // process holds (flock) is not shared: the cache falls back to private memory. `ns` is the
   // namespace string; the layout (Bt, N, format) is mixed into its hash here.
-  PromptCache(const std::string& path, uint64_t cap_bytes, size_t token_bytes, const std::string& ns);
+  PromptCache(const std::string& path, uint64_t cap_bytes, size_t token_bytes, const std::string& ns,
+              const PromptCacheDisk& disk = {});
   ~PromptCache();
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
@@ -75,6 +106,11 @@ class PromptCache {
   void save(const int32_t* tokens, size_t n, const Reader& read);
 
   PromptCacheStats stats() const;
+  // Waits until every block queued for the disk tier is written (tests; the destructor drains too).
+  void flush_disk();
+  // Thread-safe (unlike the rest): asks the disk tier's reader thread to have the OS read ahead
+  // the files of the longest prefix of tokens[0, n) the tier holds. Returns the blocks asked for.
+  size_t prefetch_disk(const int32_t* tokens, size_t n);
   // Hex id of the namespace (with the layout mixed in), as Health reports it.
   const std::string& namespace_id() const { return ns_id_; }
 
@@ -98,6 +134,11 @@ class PromptCache {
   int64_t alloc(uint64_t protect_stamp);       // -1 = nothing left to evict
   void touch(uint32_t i, uint64_t stamp);
   void count_rejected();
+  bool pinned(uint32_t i) const;
+  // Reads the disk tier's best child of `parent` at pos that matches more than `than` tokens into
+  // a fresh block; -1 = none (or its file failed its checks).
+  int64_t import_from_disk(uint64_t parent, size_t pos, const int32_t* tokens, size_t n, size_t than, uint64_t stamp);
+  friend class DiskTier;
 
   size_t Bt_;
   uint64_t cap_bytes_;
@@ -116,6 +157,7 @@ class PromptCache {
   std::vector<Meta> meta_;                                          // [M]
   std::vector<uint32_t> free_;                                      // free block ids
   std::unordered_map<uint64_t, std::vector<uint32_t>> children_;    // parent key -> blocks
+  std::unique_ptr<DiskTier> disk_;  // null = no disk tier
   uint64_t clock_ = 0;
   int64_t held_ = 0, held_tokens_ = 0, evictions_ = 0, rejected_ = 0, saved_tokens_ = 0, restored_tokens_ = 0;
 };

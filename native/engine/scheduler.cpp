@@ -54,7 +54,8 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
     try {
-      cache_ = std::make_unique<PromptCache>(opts_.cache_path, opts_.cache_bytes, model_->kv_token_bytes(), opts_.cache_namespace);
+      cache_ = std::make_unique<PromptCache>(opts_.cache_path, opts_.cache_bytes, model_->kv_token_bytes(), opts_.cache_namespace,
+                                             PromptCacheDisk{opts_.cache_dir, opts_.cache_disk_bytes});
       if (!cache_->enabled()) cache_.reset();  // the cap holds less than one block
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mashbox: host prompt cache off: %s\n", e.what());
@@ -73,10 +74,18 @@ void Scheduler::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  // The thread is gone, so this one may touch the slots: what they hold outlives the server
+  // when the cache has a disk tier (its writer drains when the cache is destroyed).
+  if (cache_ && !opts_.cache_dir.empty())
+    for (int i = 0; i < opts_.n_slots; i++)
+      if (!slots_[i].cached.empty()) save_to_host(i, slots_[i].cached.size());
 }
 
 void Scheduler::submit(EngineRequest req) {
+  // cache_ is fixed once the thread runs, and prefetch_disk is safe from any thread.
+  if (cache_) cache_->prefetch_disk(req.prompt.data(), req.prompt.size());
   auto s = std::make_unique<Seq>(std::move(req));
   s->t_submit = Clock::now();
   {

@@ -89,6 +89,10 @@ struct SchedulerOptions {
   uint64_t cache_bytes = 0;
   std::string cache_path;
   std::string cache_namespace;
+  // Its disk tier (prompt_cache.h): a directory and a cap ("" or 0 = none). What the slots hold
+  // when the scheduler stops is saved to the cache first, so the next server finds it there.
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = 0;
 };
 
 class Scheduler {

@@ -13,6 +13,7 @@ import { ApiError, type ErrorCode } from "../errors.js";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo, FinishReason } from "./types.js";
 import type { WorkerReject, WorkerSubmit } from "./worker.js";
 import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
+import { mkdirSync } from "node:fs";
 import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
 import { OutputParser } from "../chat/parser.js";
 import { HarmonyParser, isHarmonyTemplate } from "../chat/harmony.js";
@@ -49,6 +50,12 @@ export interface EngineOptions {
    * OS temp dir) that close() removes; a given path is left in place.
    */
   cache_path?: string;
+  /**
+   * The host cache's disk tier: a directory (made if missing) and its cap in MiB; absent or 0 =
+   * none. Blocks are written behind and read back by the next engine of the same namespace.
+   */
+  cache_dir?: string;
+  cache_disk_mib?: number;
   /** Jinja chat template (--chat-template FILE's text) used instead of the GGUF's own, or for a model that has none. */
   chat_template?: string;
 }
@@ -149,6 +156,15 @@ class WorkerEngine implements ManagedEngine {
       const path = opts.cache_path ?? this.ownedCachePath;
       if (path !== null) load.cache_path = path;
       load.cache_namespace = cacheNamespace(opts.model_path);
+      if (opts.cache_dir !== undefined && (opts.cache_disk_mib ?? 0) > 0) {
+        // A directory that cannot be made is reported once by the worker, which then runs
+        // without what it would have read back.
+        try {
+          mkdirSync(opts.cache_dir, { recursive: true, mode: 0o700 });
+        } catch {}
+        load.cache_dir = opts.cache_dir;
+        load.cache_disk_mib = opts.cache_disk_mib;
+      }
     }
     this.worker = new WorkerClient(load, {
       ready: (info) => {
@@ -579,6 +595,11 @@ class WorkerEngine implements ManagedEngine {
             host_cache_cap_bytes: n.host_cache_cap_bytes,
             host_cache_evictions: n.host_cache_evictions,
             host_cache_restored_tokens: n.host_cache_restored_tokens,
+            host_cache_disk_bytes: n.host_cache_disk_bytes,
+            host_cache_disk_cap_bytes: n.host_cache_disk_cap_bytes,
+            host_cache_disk_hit_tokens: n.host_cache_disk_hit_tokens,
+            host_cache_disk_evictions: n.host_cache_disk_evictions,
+            host_cache_disk_rejected: n.host_cache_disk_rejected,
             cache_namespace: n.cache_namespace,
             ...(n.routed_expert_calls ? { routed_expert_calls: n.routed_expert_calls } : {}),
           }

@@ -19,6 +19,10 @@ export interface NativeLoadOptions {
   cache_path?: string;
   /** What a cached state is valid for (model file, tokenizer, template, policy; see prompt-cache.ts). */
   cache_namespace?: string;
+  /** Directory of the host cache's disk tier (absent = none). */
+  cache_dir?: string;
+  /** Cap of the disk tier in MiB (0 or absent = none). */
+  cache_disk_mib?: number;
 }
 
 export interface NativeModelInfo {
@@ -126,6 +130,15 @@ export interface NativeStats {
   host_cache_restored_tokens: number;
   /** The cache lives in a file a restarted worker maps again. */
   host_cache_persistent: boolean;
+  /** Disk tier (all 0 when it is off): this namespace's block files, tokens read back, files removed to stay under the cap, torn or foreign files removed. */
+  host_cache_disk_bytes: number;
+  host_cache_disk_cap_bytes: number;
+  host_cache_disk_blocks: number;
+  host_cache_disk_hit_tokens: number;
+  host_cache_disk_evictions: number;
+  host_cache_disk_rejected: number;
+  host_cache_disk_written: number;
+  host_cache_disk_write_errors: number;
   cache_namespace: string | null;
   /** MoE models: expert matmuls each routed call site has run (ffn_gate_exps, ...); absent for a dense model. */
   routed_expert_calls?: Record<string, number>;

@@ -167,6 +167,12 @@ export interface EngineStats {
   host_cache_cap_bytes?: number;
   host_cache_evictions?: number;
   host_cache_restored_tokens?: number;
+  /** Its disk tier: bytes of this namespace's files, the cap (0 = off), tokens read back, files evicted, torn or foreign files removed. */
+  host_cache_disk_bytes?: number;
+  host_cache_disk_cap_bytes?: number;
+  host_cache_disk_hit_tokens?: number;
+  host_cache_disk_evictions?: number;
+  host_cache_disk_rejected?: number;
   cache_namespace?: string | null;
   /** The native program and kernel set, the model file's sha256, the start-up gate's verdict (identity.ts); absent before the first worker is ready. */
   deployment_id?: string | null;

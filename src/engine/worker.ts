@@ -83,8 +83,17 @@ function main(): void {
   const tokenizing = new Set<number>();
   let active = 0;
   let faulted = false;
-  // The server is gone: nothing left to serve.
-  process.on("disconnect", () => process.exit(0));
+  // The server is gone, or stops us: nothing left to serve. Closing the engine first lets the
+  // host cache's disk tier save what the slots hold and finish its writes.
+  const stop = () => {
+    try {
+      engine?.close();
+    } finally {
+      process.exit(0);
+    }
+  };
+  process.on("disconnect", stop);
+  process.on("SIGTERM", stop);
 
   const timer = setInterval(() => {
     if (engine && active > 0) send({ t: "stats", stats: engine.stats() });

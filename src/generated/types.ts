@@ -813,6 +813,23 @@ export interface components {
              * @description Most bytes the host memory prompt cache holds (0 = off).
              */
             host_cache_cap_bytes?: number;
+            /**
+             * Format: int64
+             * @description Bytes of this server's namespace in the prompt cache's disk tier (--cache-dir).
+             */
+            host_cache_disk_bytes?: number;
+            /**
+             * Format: int64
+             * @description Most bytes the disk tier holds (0 = off).
+             */
+            host_cache_disk_cap_bytes?: number;
+            /** @description Disk tier blocks removed to stay under its cap. */
+            host_cache_disk_evictions?: number;
+            /**
+             * Format: int64
+             * @description Prompt tokens read back from the disk tier.
+             */
+            host_cache_disk_hits?: number;
             /** @description Prompt cache entries removed from host memory to stay under that cap. */
             host_cache_evictions?: number;
             /** @description Requests being answered now. */

@@ -39,6 +39,10 @@ export function healthBody(deps: AppDeps): Health {
     // The worker's own figure once it runs (0 when the model cannot save its state).
     host_cache_cap_bytes: s.host_cache_cap_bytes ?? info.cache_ram_mib * 1024 * 1024,
     host_cache_evictions: s.host_cache_evictions ?? 0,
+    host_cache_disk_bytes: s.host_cache_disk_bytes ?? 0,
+    host_cache_disk_cap_bytes: s.host_cache_disk_cap_bytes ?? 0,
+    host_cache_disk_hits: s.host_cache_disk_hit_tokens ?? 0,
+    host_cache_disk_evictions: s.host_cache_disk_evictions ?? 0,
     cache_namespace: s.cache_namespace ?? null,
     deployment_id: s.deployment_id ?? null,
     component_set_sha: s.component_set_sha ?? null,

@@ -4,7 +4,7 @@
 import { expect } from "chai";
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, mkdtempSync, readFileSync, readdirSync, writeFileSync, existsSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { USAGE, parseRunArgs } from "../../src/cli.js";
@@ -15,11 +15,16 @@ function cli(args: string[], env: Record<string, string> = {}) {
   return spawnSync(process.execPath, ["bin/mashbox.js", ...args], { encoding: "utf8", env: { ...process.env, ...env }, timeout: 60000 });
 }
 
-// `mashbox run` on the fixture, one slot, one thread: its stderr so far, its exit, and a wait for
-// a pattern in its stderr.
+// `mashbox run` on the fixture, one slot, one thread, its MASHBOX_HOME (and so the prompt
+// cache's disk tier) in a temp dir: its stderr so far, its exit, and a wait for a pattern in its
+// stderr.
+const homes: string[] = [];
 function startRun(ctx: number) {
+  const home = mkdtempSync(join(tmpdir(), "mb-cli-home-"));
+  homes.push(home);
   const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", String(ctx)], {
     stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, MASHBOX_HOME: home },
   });
   let stderr = "";
   child.stderr!.setEncoding("utf8");
@@ -38,16 +43,17 @@ function startRun(ctx: number) {
       child.stderr!.on("data", check);
       check();
     });
-  return { child, exited, stderr: () => stderr, waitFor };
+  return { child, exited, home, stderr: () => stderr, waitFor };
 }
 
 describe("cli", function () {
   this.timeout(60000);
+  after(() => homes.forEach((h) => rmSync(h, { recursive: true, force: true })));
 
   it("--help documents every run flag", () => {
     const r = cli(["--help"]);
     expect(r.status).to.equal(0);
-    for (const flag of ["--host", "--port", "--ctx", "--slots", "--threads", "--cache-ram", "--api-key-file", "--ui", "--device", "MASHBOX_API_KEY", "pull", "models"]) {
+    for (const flag of ["--host", "--port", "--ctx", "--slots", "--threads", "--cache-ram", "--cache-dir", "--cache-disk", "--api-key-file", "--ui", "--device", "MASHBOX_API_KEY", "pull", "models"]) {
       expect(r.stdout, flag).to.include(flag);
     }
     expect(r.stdout).to.equal(USAGE);
@@ -56,6 +62,8 @@ describe("cli", function () {
   it("parses run flags and rejects bad ones", () => {
     const c = parseRunArgs(["smollm2-135m", "--port", "0", "--ctx", "1024", "--slots", "3", "--threads", "2", "--cache-ram", "64", "--ui", "--device", "cpu"]);
     expect(c).to.include({ model: "smollm2-135m", port: 0, n_ctx: 1024, n_slots: 3, n_threads: 2, cache_ram_mib: 64, ui: true, device: "cpu", host: "127.0.0.1" });
+    expect(parseRunArgs(["--cache-dir", "/srv/mb-cache", "--cache-disk", "0"])).to.include({ cache_dir: "/srv/mb-cache", cache_disk_mib: 0 });
+    expect(() => parseRunArgs(["--cache-disk", "lots"])).to.throw(/--cache-disk/);
     expect(() => parseRunArgs(["--port", "http"])).to.throw(/--port/);
     expect(() => parseRunArgs(["--device", "tpu"])).to.throw(/--device/);
     expect(() => parseRunArgs(["--bogus"])).to.throw();
@@ -85,10 +93,18 @@ describe("cli", function () {
       expect(seen[seen.length - 1]).to.equal(200);
       const m = await (await fetch(`${url}/v1/models`)).json();
       expect(m.data[0].id).to.equal(defaultModelPath().split("/").pop()!.replace(/\.gguf$/, ""));
+      const chat = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "system", content: "You answer in one word. ".repeat(12) }, { role: "user", content: "hi" }], max_tokens: 2 }),
+      });
+      expect(chat.status).to.equal(200);
     } finally {
       run.child.kill("SIGTERM");
     }
     expect(await run.exited).to.equal(143);
+    // the prompt cache's disk tier is on by default, under MASHBOX_HOME
+    expect(readdirSync(join(run.home, "prompt-cache")).filter((f) => f.endsWith(".mbkv")).length).to.be.greaterThan(0);
     expect(run.stderr()).to.match(/ready/);
     expect(run.stderr()).not.to.match(/training context/);
   });

@@ -1,7 +1,11 @@
 // The host prompt cache's store on its own: prefix sharing (each copy once), lookups that end
 // inside a block, state points replaced by the full block, LRU under the cap, the namespace,
-// persistence through the file, and checksums that refuse a corrupted block.
+// persistence through the file, and checksums that refuse a corrupted block; the disk tier:
+// written behind, read back by a new cache of the same namespace, evicted under its cap, torn
+// and foreign files removed, another namespace's files left alone, an unwritable directory.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -265,6 +269,175 @@ static void test_off() {
   CHECK(!tiny.enabled());
 }
 
+static std::vector<std::string> dir_files(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+static void rm_dir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) unlink((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+static void test_disk_tier() {
+  const std::string dir = tmp_path("disk");
+  rm_dir(dir);
+  const PromptCacheDisk disk{dir, 64ull << 20};
+  auto a = seq(20, 200), b = seq(21, 130);
+  std::string ns;
+  {
+    PromptCache c("", 16ull << 20, kBt, "ns-disk", disk);
+    ns = c.namespace_id();
+    save(c, a, a.size());  // 3 full blocks and a tail
+    save(c, b, b.size());
+    c.flush_disk();
+    const auto st = c.stats();
+    CHECK_EQ(st.disk_written, int64_t(4 + 3));
+    CHECK_EQ(st.disk_blocks, int64_t(7));
+    CHECK(st.disk_bytes > int64_t((5 * N + 8 + 2) * kBt));
+    CHECK_EQ(st.disk_cap_bytes, int64_t(64ull << 20));
+    CHECK_EQ(dir_files(dir).size(), size_t(7));
+    // Saved again: the files are there already.
+    save(c, a, a.size());
+    c.flush_disk();
+    CHECK_EQ(c.stats().disk_written, int64_t(7));
+  }
+  CHECK_EQ(dir_files(dir).size(), size_t(7));
+  {
+    // A new server (private host memory: nothing survives there) reads them back on lookup.
+    PromptCache c("", 16ull << 20, kBt, "ns-disk", disk);
+    CHECK_EQ(c.stats().blocks, int64_t(0));
+    CHECK_EQ(c.stats().disk_blocks, int64_t(7));
+    // Read-ahead asks for a's whole path (3 full blocks and its tail), for another prompt none.
+    CHECK_EQ(c.prefetch_disk(a.data(), a.size()), size_t(4));
+    CHECK_EQ(c.prefetch_disk(seq(99, 100).data(), 100), size_t(0));
+    bool ok = false;
+    CHECK_EQ(restore_checked(c, a, 0, a.size(), &ok), size_t(200));
+    CHECK(ok);
+    CHECK_EQ(c.stats().disk_hit_tokens, int64_t(200));
+    CHECK_EQ(restore_checked(c, b, 0, b.size(), &ok), size_t(130));
+    CHECK(ok);
+    // A prompt that shares a's first block, then goes its own way.
+    auto a2 = a;
+    a2.resize(100);
+    for (size_t i = 64; i < a2.size(); i++) a2[i] = 4999;
+    CHECK_EQ(c.lookup(a2.data(), a2.size()).n, size_t(64));
+    // Another namespace does not see them.
+    PromptCache other("", 16ull << 20, kBt, "ns-other", disk);
+    CHECK_EQ(other.lookup(a.data(), a.size()).n, size_t(0));
+    CHECK_EQ(other.stats().disk_blocks, int64_t(0));
+  }
+  const std::string prefix = ns.substr(0, 16) + "-";
+  auto files = dir_files(dir);
+  CHECK_EQ(files.size(), size_t(7));
+  std::vector<std::string> ours;
+  for (const auto& f : files)
+    if (f.compare(0, prefix.size(), prefix) == 0) ours.push_back(f);
+  CHECK_EQ(ours.size(), size_t(7));
+  {
+    // Tear one file (cut short), make one foreign (another namespace's header under this one's
+    // name), corrupt one's K/V (found only when it is read), and leave another namespace's file.
+    auto size_of = [&](const std::string& f) {
+      struct stat st;
+      stat((dir + "/" + f).c_str(), &st);
+      return off_t(st.st_size);
+    };
+    CHECK_EQ(truncate((dir + "/" + ours[0]).c_str(), size_of(ours[0]) - 10), 0);
+    int fd = open((dir + "/" + ours[1]).c_str(), O_RDWR);
+    uint8_t x = 0;
+    CHECK_EQ(pread(fd, &x, 1, 24), ssize_t(1));  // the namespace's first byte
+    x ^= 0x5a;
+    CHECK_EQ(pwrite(fd, &x, 1, 24), ssize_t(1));
+    close(fd);
+    fd = open((dir + "/" + ours[2]).c_str(), O_RDWR);
+    CHECK_EQ(pread(fd, &x, 1, size_of(ours[2]) - 1), ssize_t(1));
+    x ^= 0xff;
+    CHECK_EQ(pwrite(fd, &x, 1, size_of(ours[2]) - 1), ssize_t(1));
+    close(fd);
+    fd = open((dir + "/0123456789abcdef-0000000000000001.mbkv").c_str(), O_WRONLY | O_CREAT, 0600);
+    CHECK_EQ(write(fd, "not ours", 8), ssize_t(8));
+    close(fd);
+  }
+  {
+    PromptCache c("", 16ull << 20, kBt, "ns-disk", disk);
+    CHECK_EQ(c.stats().disk_rejected, int64_t(2));
+    CHECK_EQ(c.stats().disk_blocks, int64_t(5));
+    auto left = dir_files(dir);
+    CHECK(std::find(left.begin(), left.end(), ours[0]) == left.end());
+    CHECK(std::find(left.begin(), left.end(), ours[1]) == left.end());
+    CHECK(std::find(left.begin(), left.end(), "0123456789abcdef-0000000000000001.mbkv") != left.end());
+    // Whatever is read back is whole: the corrupt block and what hangs below it are not used.
+    bool ok = false;
+    const size_t got_a = restore_checked(c, a, 0, a.size(), &ok);
+    CHECK(ok);
+    const size_t got_b = restore_checked(c, b, 0, b.size(), &ok);
+    CHECK(ok);
+    CHECK(got_a < a.size() || got_b < b.size());
+    CHECK_EQ(c.stats().disk_rejected, int64_t(3));
+    CHECK_EQ(dir_files(dir).size(), size_t(4 + 1));
+  }
+  {
+    // Under a cap of two blocks' files, the oldest go.
+    const PromptCacheDisk small{dir, uint64_t(2 * (N * kBt + 512))};
+    PromptCache c("", 16ull << 20, kBt, "ns-disk", small);
+    CHECK(c.stats().disk_bytes <= int64_t(small.cap_bytes));
+    CHECK(c.stats().disk_evictions >= 1);
+    save(c, seq(22, 64 * 3), 64 * 3);
+    c.flush_disk();
+    CHECK(c.stats().disk_bytes <= int64_t(small.cap_bytes));
+    CHECK_EQ(c.stats().disk_blocks, int64_t(2));
+  }
+  rm_dir(dir);
+  {
+    // A directory that cannot be made or written: the host cache works as without it.
+    const PromptCacheDisk bad{"/proc/mb-no-such-dir", 64ull << 20};
+    PromptCache c("", 16ull << 20, kBt, "ns-disk", bad);
+    save(c, a, a.size());
+    c.flush_disk();
+    CHECK(c.stats().disk_write_errors >= 1);
+    CHECK_EQ(c.stats().disk_blocks, int64_t(0));
+    bool ok = false;
+    CHECK_EQ(restore_checked(c, a, 0, a.size(), &ok), size_t(200));
+    CHECK(ok);
+  }
+  {
+    // The writer still reads a block while host memory fills up: the block is not reused, and
+    // every file written holds what was saved (checked by reading all back).
+    const std::string dir2 = tmp_path("disk2");
+    rm_dir(dir2);
+    const PromptCacheDisk d2{dir2, 64ull << 20};
+    std::vector<std::vector<int32_t>> ps;
+    {
+      PromptCache c("", cap_for_blocks(4), kBt, "ns-pin", d2);
+      for (int i = 0; i < 12; i++) {
+        ps.push_back(seq(400 + i, 128));
+        save(c, ps.back(), 128);
+      }
+    }
+    PromptCache c("", 16ull << 20, kBt, "ns-pin", d2);
+    CHECK_EQ(c.stats().disk_rejected, int64_t(0));
+    int whole = 0;
+    for (const auto& p : ps) {
+      bool ok = false;
+      if (restore_checked(c, p, 0, p.size(), &ok) == p.size()) whole++;
+      CHECK(ok);
+    }
+    CHECK(whole >= 1);
+    CHECK_EQ(c.stats().disk_rejected, int64_t(0));
+    rm_dir(dir2);
+  }
+}
+
 int main() {
   test_sharing_and_partial_matches();
   test_state_point_replaced_by_full_block();
@@ -272,5 +445,6 @@ int main() {
   test_file_namespace_and_checksum();
   test_counters_survive_reopen();
   test_off();
+  test_disk_tier();
   TEST_MAIN_END();
 }

@@ -79,6 +79,13 @@ function stringifyInput(input: unknown): string {
 }
 
 /**
+ * Claude Code's first system block: billing metadata for Anthropic's servers whose last three hex
+ * digits change with each conversation's first prompt. Kept in the prompt, it is the first thing
+ * the model reads, so no two new conversations would share a cached prefix (docs/PROMPT-RULES.md).
+ */
+const CLAUDE_CODE_BILLING_HEADER = /^x-anthropic-billing-header: cc_version=\d+\.\d+\.\d+\.[0-9a-f]{3}; cc_entrypoint=[a-z0-9_-]+;$/;
+
+/**
  * Builds the neutral chat prompt. System text from `system` comes first, then `role: "system"`
  * messages in their order (Claude Code sends reminders that way). A user message's tool_result
  * blocks become tool turns placed where they stand, so text after them stays after them.
@@ -90,6 +97,7 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
   } else if (Array.isArray(body.system)) {
     body.system.forEach((block, i) => {
       if (block.type !== "text") throw badField(`system[${i}]`, "system blocks must be text");
+      if (i === 0 && CLAUDE_CODE_BILLING_HEADER.test(block.text)) return;
       system.push(block.text);
     });
   }

@@ -41,7 +41,10 @@ describe("anthropic-messages toInternal", () => {
         expect(chat.tools.map((t) => t.name)).to.deep.equal((body.tools ?? []).map((t) => t.name));
         const systemMessages = body.messages.filter((m) => m.role === "system").length;
         const systemBlocks = typeof body.system === "string" ? 1 : (body.system ?? []).length;
-        expect(chat.system.length).to.equal(systemBlocks + systemMessages);
+        // Claude Code's billing-header block stays out of the prompt (docs/PROMPT-RULES.md)
+        const billing = Array.isArray(body.system) && /^x-anthropic-billing-header: /.test(body.system[0]?.text ?? "") ? 1 : 0;
+        expect(chat.system.length).to.equal(systemBlocks - billing + systemMessages);
+        expect(chat.system.some((t) => t.includes("x-anthropic-billing-header"))).to.equal(false);
         expect(chat.turns.length).to.be.at.least(body.messages.length - systemMessages);
         // Every replayed tool call is answered by a tool turn that names it.
         const calls = chat.turns.flatMap((t) => (t.role === "assistant" ? (t.tool_calls ?? []) : []));
@@ -56,6 +59,26 @@ describe("anthropic-messages toInternal", () => {
         expect(req.sampling.temperature).to.equal(body.temperature ?? 0);
       });
     }
+  });
+
+  it("leaves Claude Code's billing-header block out of the prompt, in exactly its form and place", () => {
+    const system = (blocks: string[]) => {
+      const req = toInternal({ system: blocks.map((text) => ({ type: "text" as const, text })), messages: [user("hi")] }, ctx);
+      if (req.input.kind !== "chat") return expect.fail();
+      return req.input.chat.system;
+    };
+    for (const v of ["2.1.197.123", "2.1.197.8a5", "2.1.332.0b8"])
+      expect(system([`x-anthropic-billing-header: cc_version=${v}; cc_entrypoint=sdk-cli;`, "You are a Claude agent."])).to.deep.equal(["You are a Claude agent."]);
+    // anything else that looks like it is the client's own text, kept as sent
+    const kept = [
+      "x-anthropic-billing-header: cc_version=2.1.197.123; cc_entrypoint=sdk-cli; and more",
+      "x-anthropic-billing-header: cc_version=2.1.197.12g; cc_entrypoint=sdk-cli;",
+      "Note: x-anthropic-billing-header: cc_version=2.1.197.123; cc_entrypoint=sdk-cli;",
+    ];
+    for (const k of kept) expect(system([k, "B"])).to.deep.equal([k, "B"]);
+    // only as the first block
+    const header = "x-anthropic-billing-header: cc_version=2.1.197.123; cc_entrypoint=sdk-cli;";
+    expect(system(["A", header])).to.deep.equal(["A", header]);
   });
 
   it("collects system text from `system` (string or blocks) and role:system messages, in order", () => {
