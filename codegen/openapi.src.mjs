@@ -31,12 +31,18 @@ const ex = (summary, value) => ({ summary, value });
  * tools): `cases` maps a type (or a list of types) to the schema that type must also match.
  * if/then rather than a oneOf of whole shapes, so that a 400 names the one field that is wrong.
  */
-const byType = (cases) => ({
-  allOf: cases.map(([types, then]) => ({
-    if: { required: ["type"], properties: { type: Array.isArray(types) ? { enum: types } : { const: types } } },
-    then,
-  })),
-});
+const byType = (cases) =>
+  // One if/then/else chain (the types are exclusive), not an allOf of conditions: generators read
+  // an allOf as composition and write a type for it (openapi-generator go: an undefined `Object`),
+  // while they ignore if/then/else and keep the object's own properties.
+  cases.reduceRight(
+    (rest, [types, then]) => ({
+      if: { required: ["type"], properties: { type: Array.isArray(types) ? { enum: types } : { const: types } } },
+      then,
+      ...(rest ? { else: rest } : {}),
+    }),
+    null,
+  );
 
 // ---------------------------------------------------------------- request fields
 
@@ -955,6 +961,7 @@ schemas.ResponsesInputItem = {
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
   // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
   // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
+  // The per-type rules below sit in the then branch.
   if: { required: ["type"], properties: { type: { type: "string" } } },
   else: { required: ["role"], properties: { role: { type: "string" } } },
   properties: {
@@ -984,7 +991,7 @@ schemas.ResponsesInputItem = {
     id: { type: "string" },
     call_id: { type: "string" },
   },
-  ...byType([
+  then: byType([
     [["function_call", "custom_tool_call"], { required: ["call_id", "name"], properties: { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } } }],
     ["function_call", { properties: { arguments: { type: "string" } } }],
     ["custom_tool_call", { properties: { input: { type: "string" } } }],

@@ -301,11 +301,11 @@ export interface components {
              */
             model?: string;
             /** @description System prompt: a string or text blocks. */
-            system?: string | ({
+            system?: string | {
                 text?: string;
                 /** @enum {string} */
                 type: "text" | "image" | "document";
-            } & unknown)[];
+            }[];
             /** @description Fields: type, budget_tokens. */
             thinking?: {
                 budget_tokens?: number;
@@ -318,7 +318,7 @@ export interface components {
                 name?: string;
                 /** @enum {string} */
                 type: "auto" | "any" | "tool" | "none";
-            } & unknown;
+            };
             /** @description Client tools the model may call. */
             tools?: components["schemas"]["AnthropicTool"][];
         };
@@ -352,7 +352,7 @@ export interface components {
             text?: string;
             /** @enum {string} */
             type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result" | "image" | "document";
-        } & (unknown & unknown & unknown & unknown);
+        };
         /** @description One turn of the conversation. */
         AnthropicInputMessage: {
             /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
@@ -450,11 +450,11 @@ export interface components {
              */
             stream?: boolean | null;
             /** @description System prompt: a string or text blocks. */
-            system?: string | ({
+            system?: string | {
                 text?: string;
                 /** @enum {string} */
                 type: "text" | "image" | "document";
-            } & unknown)[];
+            }[];
             /**
              * @description 0 = greedy (default). Up to 4.
              * @default 0
@@ -472,7 +472,7 @@ export interface components {
                 name?: string;
                 /** @enum {string} */
                 type: "auto" | "any" | "tool" | "none";
-            } & unknown;
+            };
             /** @description Client tools the model may call. */
             tools?: components["schemas"]["AnthropicTool"][];
             /**
@@ -745,11 +745,11 @@ export interface components {
         ChatCompletionStreamPayload: components["schemas"]["ChatCompletionChunk"] | components["schemas"]["OpenAIStreamError"];
         ChatMessage: {
             /** @description Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            content?: string | ({
+            content?: string | {
                 text?: string;
                 /** @enum {string} */
                 type: "text" | "input_text" | "image_url" | "input_image" | "input_audio" | "audio" | "file" | "input_file" | "image";
-            } & unknown)[] | null;
+            }[] | null;
             /** @description Accepted and ignored. */
             name?: string;
             /** @description assistant: its earlier thinking. */
@@ -1129,7 +1129,7 @@ export interface components {
             role?: "system" | "developer" | "user" | "assistant";
             /** @enum {string} */
             type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning" | "item_reference";
-        } & (unknown & unknown & unknown & unknown & unknown);
+        };
         ResponsesMessageItem: {
             content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
@@ -1399,13 +1399,13 @@ export interface components {
             description?: string | null;
             name?: string;
             /** @description namespace: the function and custom tools it groups. */
-            tools?: ({
+            tools?: {
                 description?: string | null;
                 name?: string;
                 type: string;
-            } & unknown)[];
+            }[];
             type: string;
-        } & (unknown & unknown);
+        };
         ResponsesUsage: {
             input_tokens: number;
             input_tokens_details: {
