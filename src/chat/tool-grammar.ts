@@ -27,6 +27,7 @@
 // refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
 import type { ChatPrompt, ToolSpec } from "../engine/types.js";
+import { CALL_OPENINGS, OPENING_GAP, type ToolFamily } from "./tool-forms.js";
 
 type Schema = Record<string, unknown>;
 
@@ -442,24 +443,71 @@ export interface ToolCallGrammarOptions {
 export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions = {}): string {
   if (tools.length === 0) throw new Error("toolCallGrammar: no tools");
   const b = new GrammarBuilder();
-  const calls = tools.map((t) => {
-    let args: string;
+  const args = argumentRules(b, tools);
+  const calls = tools.map((t, i) => {
+    if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args[i]}`;
+    return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args[i]}`;
+  });
+  const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
+  if (opts.harmony) return b.text(call);
+  const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
+  return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
+}
+
+/** Each tool's arguments as a grammar expression (a ToolSchemaError names one it cannot take). */
+function argumentRules(b: GrammarBuilder, tools: ToolSpec[]): string[] {
+  return tools.map((t) => {
     try {
-      args =
-        t.kind === "custom"
-          ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
-          : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
+      return t.kind === "custom"
+        ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
+        : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
     } catch (e) {
       if (e instanceof SchemaLimit) throw new ToolSchemaError(t.name, e.message);
       // A deep schema can still exhaust the stack in code outside the builder's depth count.
       if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
       throw e;
     }
-    if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args}`;
-    return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
   });
-  const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
-  if (opts.harmony) return b.text(call);
-  const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
-  return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
+}
+
+/** The tools a call under tool_choice auto may name: every offered one, once (null: no lazy grammar). */
+export function autoTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): ToolSpec[] | null {
+  if (chat.tool_choice.type !== "auto") return null;
+  const seen = new Set<string>();
+  const tools = chat.tools.filter((t) => !seen.has(t.name) && (seen.add(t.name), true));
+  return tools.length > 0 ? tools : null;
+}
+
+/**
+ * The call grammar of tool_choice auto: its sentences start where the output opens a call in one
+ * of the family's forms (./tool-forms.ts) and are calls to one of `tools` with schema-valid
+ * arguments, several in a row in the same form, then end of generation. Whitespace between the
+ * opening's pieces as OPENING_GAP allows (the model already wrote it); after the name, the fixed
+ * layout of the forced grammar.
+ */
+export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily): string {
+  if (tools.length === 0) throw new Error("lazyToolCallGrammar: no tools");
+  const b = new GrammarBuilder();
+  const args = argumentRules(b, tools);
+  const ws = b.add("ws", `[ \\t\\r\\n]{0,${OPENING_GAP}}`);
+  const gapped = (pieces: string[]) => pieces.map(gbnfLiteral).join(` ${ws} `);
+  if (family === "harmony") {
+    // gpt-oss puts the recipient in the role or the channel part of the header; either way the
+    // name, then what may come before the message: a channel, a content type.
+    const tail = b.add("recipient-tail", `${gbnfLiteral("<|channel|>commentary")}? ( ${gbnfLiteral(" <|constrain|>json")} | ${gbnfLiteral(" json")} )? ${gbnfLiteral("<|message|>")}`);
+    const calls = tools.map((t, i) => `${gbnfLiteral(t.name)} ${tail} ${args[i]}`);
+    return b.text(`${gbnfLiteral("to=functions.")} ${b.add("recipient-call", calls.join(" | "))}`);
+  }
+  const named = b.add("named-call", tools.map((t, i) => `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args[i]}`).join(" | "));
+  // One call object from its opening brace; the opening's own pieces come first.
+  const object = b.add("call-object", `${gapped(["{", '"name"', ":"])} ${ws} ${named} "}"`);
+  const forms: string[] = [];
+  for (const o of CALL_OPENINGS[family]) {
+    if (o.form === "tag") {
+      const block = `${gbnfLiteral("<tool_call>")} ${ws} ${object} ${ws} ${gbnfLiteral("</tool_call>")}`;
+      forms.push(`${block} ( ${ws} ${block} )* ${ws}`);
+    } else if (o.form === "bare") forms.push(`${object} ( ${ws} ${object} )* ${ws}`);
+    else if (o.form === "fence") forms.push(`${gbnfLiteral(o.pieces[0])} ${ws} ${object} ( ${ws} ${object} )* ${ws} ${gbnfLiteral("```")} ${ws}`);
+  }
+  return b.text(forms.join(" | "));
 }

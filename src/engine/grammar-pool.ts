@@ -7,6 +7,7 @@ import { Worker } from "node:worker_threads";
 import { createHash } from "node:crypto";
 import { ApiError } from "../errors.js";
 import type { ToolSpec } from "./types.js";
+import type { ToolFamily } from "../chat/tool-forms.js";
 
 export interface GrammarTask {
   id: number;
@@ -14,6 +15,8 @@ export interface GrammarTask {
   starts_in_thinking: boolean;
   /** The model speaks harmony (gpt-oss): the call in its message shape. */
   harmony: boolean;
+  /** tool_choice auto: the lazy grammar of the family's call forms instead of one forced call. */
+  lazy?: ToolFamily;
 }
 export type GrammarReply = { id: number; ok: true; grammar: string } | { id: number; ok: false; tool: string | null; reason: string };
 
@@ -27,10 +30,10 @@ interface Pending {
   reject: (err: ApiError) => void;
 }
 
-/** The 400 for a tool whose schema cannot constrain a forced call. */
-export function toolSchemaError(tools: string[], reason: string): ApiError {
+/** The 400 for a tool whose schema cannot constrain a call (forced, or under tool_choice auto). */
+export function toolSchemaError(tools: string[], reason: string, forced = true): ApiError {
   const which = tools.length === 1 ? `tool '${tools[0]}'` : `tools ${tools.map((t) => `'${t}'`).join(", ")}`;
-  return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a forced tool call: ${reason}.`, { param: "tools" });
+  return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a ${forced ? "forced " : ""}tool call: ${reason}.`, { param: "tools" });
 }
 
 /**
@@ -79,8 +82,8 @@ export class GrammarPool {
   constructor(private readonly time_limit_ms = GRAMMAR_TIME_LIMIT_MS) {}
 
   /** The grammar of one call to one of `tools`; rejects with a 400 ApiError naming the tool. */
-  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false): Promise<string> {
-    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony])).digest("hex");
+  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false, lazy?: ToolFamily): Promise<string> {
+    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony, lazy ?? null])).digest("hex");
     const known = this.cache.get(key);
     if (known) {
       this.cache.delete(key); // most recently used last
@@ -88,7 +91,7 @@ export class GrammarPool {
       return known;
     }
     const p = new Promise<string>((resolve, reject) => {
-      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony }, resolve, reject });
+      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony, ...(lazy ? { lazy } : {}) }, resolve, reject });
       this.pump();
     });
     p.catch(() => {});
@@ -129,7 +132,7 @@ export class GrammarPool {
     this.timer = null;
     this.running = null;
     if (r.ok) job.resolve(r.grammar);
-    else job.reject(toolSchemaError(r.tool !== null ? [r.tool] : job.task.tools.map((t) => t.name), r.reason));
+    else job.reject(toolSchemaError(r.tool !== null ? [r.tool] : job.task.tools.map((t) => t.name), r.reason, job.task.lazy === undefined));
     this.pump();
   }
 
@@ -154,7 +157,7 @@ export class GrammarPool {
       if (this.worker !== w) return;
       this.worker = null;
       if (this.running) this.settle(this.running, { id: this.running.task.id, ok: false, tool: null, reason: e.message });
-      else for (const p of this.queue.splice(0)) p.reject(toolSchemaError(p.task.tools.map((t) => t.name), `its grammar could not be built: ${e.message}`));
+      else for (const p of this.queue.splice(0)) p.reject(toolSchemaError(p.task.tools.map((t) => t.name), `its grammar could not be built: ${e.message}`, p.task.lazy === undefined));
     });
     w.on("exit", () => {
       if (this.worker === w) this.worker = null;
