@@ -481,11 +481,13 @@ export function autoTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): Tool
 /**
  * The call grammar of tool_choice auto: its sentences start where the output opens a call in one
  * of the family's forms (./tool-forms.ts) and are calls to one of `tools` with schema-valid
- * arguments, several in a row in the same form, then end of generation. Whitespace between the
+ * arguments, several in a row in the same form (one when opts.parallel is false), then end of
+ * generation. Whitespace between the
  * opening's pieces as OPENING_GAP allows (the model already wrote it); after the name, the fixed
  * layout of the forced grammar.
  */
-export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily): string {
+export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily, opts: { parallel?: boolean } = {}): string {
+  const more = (x: string) => (opts.parallel === false ? "" : ` ( ${x} )*`);
   if (tools.length === 0) throw new Error("lazyToolCallGrammar: no tools");
   const b = new GrammarBuilder();
   const args = argumentRules(b, tools);
@@ -505,9 +507,9 @@ export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily): stri
   for (const o of CALL_OPENINGS[family]) {
     if (o.form === "tag") {
       const block = `${gbnfLiteral("<tool_call>")} ${ws} ${object} ${ws} ${gbnfLiteral("</tool_call>")}`;
-      forms.push(`${block} ( ${ws} ${block} )* ${ws}`);
-    } else if (o.form === "bare") forms.push(`${object} ( ${ws} ${object} )* ${ws}`);
-    else if (o.form === "fence") forms.push(`${gbnfLiteral(o.pieces[0])} ${ws} ${object} ( ${ws} ${object} )* ${ws} ${gbnfLiteral("```")} ${ws}`);
+      forms.push(`${block}${more(`${ws} ${block}`)} ${ws}`);
+    } else if (o.form === "bare") forms.push(`${object}${more(`${ws} ${object}`)} ${ws}`);
+    else if (o.form === "fence") forms.push(`${gbnfLiteral(o.pieces[0])} ${ws} ${object}${more(`${ws} ${object}`)} ${ws} ${gbnfLiteral("```")} ${ws}`);
   }
   return b.text(forms.join(" | "));
 }

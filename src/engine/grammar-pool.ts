@@ -17,6 +17,8 @@ export interface GrammarTask {
   harmony: boolean;
   /** tool_choice auto: the lazy grammar of the family's call forms instead of one forced call. */
   lazy?: ToolFamily;
+  /** Lazy grammar: false = one call only. */
+  parallel?: boolean;
 }
 export type GrammarReply = { id: number; ok: true; grammar: string } | { id: number; ok: false; tool: string | null; reason: string };
 
@@ -44,7 +46,8 @@ export function toolSchemaError(tools: string[], reason: string, forced = true):
 export function callSoFar(text: string): { tool: string; args: string } | null {
   const harmony = /to=functions\.([^\s<]+) ?<\|constrain\|>json<\|message\|>([\s\S]*)$/.exec(text);
   if (harmony) return { tool: harmony[1], args: harmony[2] };
-  const m = /\{"name": ("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
+  // The layout a forced call writes, or the whitespace an opened call may have under tool_choice auto.
+  const m = /\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
   if (!m) return null;
   try {
     return { tool: JSON.parse(m[1]) as string, args: m[2] };
@@ -82,8 +85,8 @@ export class GrammarPool {
   constructor(private readonly time_limit_ms = GRAMMAR_TIME_LIMIT_MS) {}
 
   /** The grammar of one call to one of `tools`; rejects with a 400 ApiError naming the tool. */
-  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false, lazy?: ToolFamily): Promise<string> {
-    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony, lazy ?? null])).digest("hex");
+  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false, lazy?: ToolFamily, parallel = true): Promise<string> {
+    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony, lazy ?? null, parallel])).digest("hex");
     const known = this.cache.get(key);
     if (known) {
       this.cache.delete(key); // most recently used last
@@ -91,7 +94,7 @@ export class GrammarPool {
       return known;
     }
     const p = new Promise<string>((resolve, reject) => {
-      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony, ...(lazy ? { lazy } : {}) }, resolve, reject });
+      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony, ...(lazy ? { lazy, parallel } : {}) }, resolve, reject });
       this.pump();
     });
     p.catch(() => {});

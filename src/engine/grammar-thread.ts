@@ -20,7 +20,7 @@ try {
 }
 
 function build(task: GrammarTask): GrammarReply {
-  const grammar = task.lazy ? lazyToolCallGrammar(task.tools, task.lazy) : toolCallGrammar(task.tools, { starts_in_thinking: task.starts_in_thinking, harmony: task.harmony });
+  const grammar = task.lazy ? lazyToolCallGrammar(task.tools, task.lazy, { parallel: task.parallel }) : toolCallGrammar(task.tools, { starts_in_thinking: task.starts_in_thinking, harmony: task.harmony });
   const found = checkGrammar?.(grammar, GRAMMAR_TRIAL_STATES) ?? null;
   if (found === null) return { id: task.id, ok: true, grammar };
   const reason = found.reason.replace(/^grammar: /, "");

@@ -72,7 +72,7 @@ export async function preparePrompt(
     const family = toolFamily(model.chat_template);
     const think = THINK_TAGS[family];
     lazy_grammar = {
-      grammar: await grammars.build(auto, starts_in_thinking, family === "harmony", family),
+      grammar: await grammars.build(auto, starts_in_thinking, family === "harmony", family, chat.parallel_tool_calls !== false),
       triggers: CALL_OPENINGS[family].map((o) => ({ pieces: o.pieces, at_start: o.at_start })),
       ...(think ? { think_open: think.open, think_close: think.close } : {}),
       starts_in_thinking,
