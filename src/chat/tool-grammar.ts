@@ -75,10 +75,11 @@ export function gbnfLiteral(s: string): string {
   return out + '"';
 }
 
-/** The JSON text of a value in the grammar's layout (", " and ": "). */
-function jsonText(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(jsonText).join(", ")}]`;
-  if (isObj(v)) return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${jsonText(x)}`).join(", ")}}`;
+/** The JSON text of a value in the grammar's layout (", " and ": ", or "," and ":" compact). */
+function jsonText(v: unknown, compact = false): string {
+  const [comma, colon] = compact ? [",", ":"] : [", ", ": "];
+  if (Array.isArray(v)) return `[${v.map((x) => jsonText(x, compact)).join(comma)}]`;
+  if (isObj(v)) return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}${colon}${jsonText(x, compact)}`).join(comma)}}`;
   return JSON.stringify(v) ?? "null";
 }
 
@@ -117,12 +118,25 @@ class GrammarBuilder {
   private consumed = 0;
   /** $refs being expanded, with the `consumed` depth each started at. */
   private expanding = new Map<string, number>();
+  /** ": " or ":" after a key, as text. */
+  get separator(): string {
+    return this.colon;
+  }
+  /** The separators as grammar literals, and the colon as text. */
+  private readonly comma: string;
+  private readonly colon: string;
+
+  /** compact: JSON without spaces ("," and ":"), the way gpt-oss writes its arguments. */
+  constructor(private readonly compact = false) {
+    this.comma = compact ? '","' : '", "';
+    this.colon = compact ? ":" : ": ";
+  }
 
   /** The rule for a primitive, added with what it uses. */
   prim(name: string): string {
     if (!this.rules.has(name)) {
       const p = PRIMITIVES[name];
-      this.rules.set(name, p.body);
+      this.rules.set(name, this.compact ? p.body.replaceAll('", "', '","').replaceAll('": "', '":"') : p.body);
       for (const d of p.deps) this.prim(d);
     }
     return name;
@@ -220,8 +234,8 @@ class GrammarBuilder {
     if (!isObj(schema)) return this.prim("json-value"); // true, {} placeholders, garbage
     const s = schema;
     if (typeof s.$ref === "string") return this.ref(s.$ref, hint);
-    if ("const" in s) return gbnfLiteral(jsonText(s.const));
-    if (Array.isArray(s.enum) && s.enum.length > 0) return this.alternatives(hint, s.enum.map((v) => gbnfLiteral(jsonText(v))));
+    if ("const" in s) return gbnfLiteral(jsonText(s.const, this.compact));
+    if (Array.isArray(s.enum) && s.enum.length > 0) return this.alternatives(hint, s.enum.map((v) => gbnfLiteral(jsonText(v, this.compact))));
     const union = Array.isArray(s.anyOf) ? s.anyOf : Array.isArray(s.oneOf) ? s.oneOf : null;
     if (union && union.length > 0) {
       const { anyOf: _a, oneOf: _o, ...rest } = s;
@@ -325,9 +339,9 @@ class GrammarBuilder {
       const ap = s.additionalProperties;
       if (isObj(ap) && Object.keys(ap).length > 0) {
         const v = this.member(ap, `${hint}-value`);
-        const kv = `json-string ": " ${v}`;
+        const kv = `json-string ${gbnfLiteral(this.colon)} ${v}`;
         this.prim("json-string");
-        return this.add(hint, `"{" ( ${kv} ( ", " ${kv} )* )? "}"`);
+        return this.add(hint, `"{" ( ${kv} ( ${this.comma} ${kv} )* )? "}"`);
       }
       // No declared properties: free-form unless extra keys are forbidden (or it is the
       // explicit empty `properties: {}` a tool without parameters sends).
@@ -335,7 +349,7 @@ class GrammarBuilder {
       return this.prim("json-object");
     }
     const items = props.map(([k, v]) => ({
-      kv: `${gbnfLiteral(JSON.stringify(k) + ": ")} ${this.member(v, `${hint}-${k}`)}`,
+      kv: `${gbnfLiteral(JSON.stringify(k) + this.colon)} ${this.member(v, `${hint}-${k}`)}`,
       req: required.has(k),
     }));
     const n = items.length;
@@ -345,7 +359,7 @@ class GrammarBuilder {
     const tail: string[] = new Array(n + 1).fill("");
     for (let i = n - 1; i >= 0; i--) {
       const it = items[i];
-      const body = `${it.req ? `", " ${it.kv}` : `( ", " ${it.kv} )?`} ${tail[i + 1]}`.trim();
+      const body = `${it.req ? `${this.comma} ${it.kv}` : `( ${this.comma} ${it.kv} )?`} ${tail[i + 1]}`.trim();
       tail[i] = i + 1 < n ? this.add(`${hint}-tail`, body) : body;
     }
     // Named rules both ways, so many optional properties never nest deeply.
@@ -363,7 +377,7 @@ class GrammarBuilder {
     if (tuple) {
       if (tuple.length === 0) return '"[]"';
       const parts = tuple.map((t, i) => this.member(t, `${hint}-${i}`));
-      return this.add(hint, `"[" ${parts.join(' ", " ')} "]"`);
+      return this.add(hint, `"[" ${parts.join(` ${this.comma} `)} "]"`);
     }
     const item = this.member(s.items ?? true, `${hint}-item`);
     const min = Math.min(nonNegInt(s.minItems) ?? 0, LENGTH_CAP);
@@ -375,10 +389,10 @@ class GrammarBuilder {
       hi === undefined ? (lo === 0 ? "*" : `{${lo},}`) : hi === lo ? (lo === 0 ? "" : `{${lo}}`) : `{${lo},${hi}}`;
     if (min === 0) {
       const rest = more(0, max === undefined ? undefined : max - 1);
-      return this.add(hint, `"[" ( ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} )? "]"`);
+      return this.add(hint, `"[" ( ${item}${rest === "" ? "" : ` ( ${this.comma} ${item} )${rest}`} )? "]"`);
     }
     const rest = more(min - 1, max === undefined ? undefined : max - 1);
-    return this.add(hint, `"[" ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} "]"`);
+    return this.add(hint, `"[" ${item}${rest === "" ? "" : ` ( ${this.comma} ${item} )${rest}`} "]"`);
   }
 }
 
@@ -459,7 +473,7 @@ function argumentRules(b: GrammarBuilder, tools: ToolSpec[]): string[] {
   return tools.map((t) => {
     try {
       return t.kind === "custom"
-        ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
+        ? `${gbnfLiteral(`{"input"${b.separator}`)} ${b.prim("json-string")} "}"`
         : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
     } catch (e) {
       if (e instanceof SchemaLimit) throw new ToolSchemaError(t.name, e.message);
@@ -489,7 +503,9 @@ export function autoTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): Tool
 export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily, opts: { parallel?: boolean } = {}): string {
   const more = (x: string) => (opts.parallel === false ? "" : ` ( ${x} )*`);
   if (tools.length === 0) throw new Error("lazyToolCallGrammar: no tools");
-  const b = new GrammarBuilder();
+  // gpt-oss writes its arguments as compact JSON; a grammar that asked for spaces would take
+  // every call it opens away from it at the first separator.
+  const b = new GrammarBuilder(family === "harmony");
   const args = argumentRules(b, tools);
   const ws = b.add("ws", `[ \\t\\r\\n]{0,${OPENING_GAP}}`);
   const gapped = (pieces: string[]) => pieces.map(gbnfLiteral).join(` ${ws} `);

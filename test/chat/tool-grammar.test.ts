@@ -289,15 +289,17 @@ describe("tool grammar: tool_choice auto (lazy call grammar)", () => {
     expect(check(one, [obj, `${obj}\n${obj}`, `<tool_call>${obj}</tool_call><tool_call>${obj}</tool_call>`])).to.deep.equal(["1", "0", "0"]);
   });
 
-  it("harmony: the recipient, then a declared name and its JSON arguments", () => {
+  it("harmony: the recipient, then a declared name and its JSON arguments, compact as gpt-oss writes them", () => {
     const g = lazyToolCallGrammar([weather], "harmony");
     const out = check(g, [
-      'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
-      'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}',
-      'to=functions.say <|constrain|>json<|message|>{"city": "Paris"}',
+      'to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}',
+      'to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Paris"}',
+      'to=functions.say <|constrain|>json<|message|>{"city":"Paris"}',
       "to=functions.get_weather <|constrain|>json<|message|>{}",
     ]);
     expect(out).to.deep.equal(["1", "1", "0", "0"]);
+    const custom = lazyToolCallGrammar([shell], "harmony");
+    expect(check(custom, ['to=functions.shell <|constrain|>json<|message|>{"input":"ls"}', 'to=functions.shell <|constrain|>json<|message|>{"input": "ls"}'])).to.deep.equal(["1", "0"]);
   });
 
   it("every captured request's tool set converts to a lazy grammar that compiles", () => {
