@@ -381,6 +381,38 @@ class Engine : public Napi::ObjectWrap<Engine> {
         }
       }
     }
+    // lazy_grammar: {grammar, triggers: [{pieces: [string], at_start: bool}], think_open?, think_close?, starts_in_thinking?}
+    if (o.Get("lazy_grammar").IsObject()) {
+      auto lz = o.Get("lazy_grammar").As<Napi::Object>();
+      const std::string text = lz.Get("grammar").IsString() ? lz.Get("grammar").As<Napi::String>().Utf8Value() : std::string();
+      try {
+        r.lazy_grammar = mb::Grammar::parse(text);
+      } catch (const std::exception& e) {
+        throw Napi::Error::New(env, std::string("invalid grammar: ") + e.what());
+      }
+      auto strings = [&](Napi::Value v) {
+        std::vector<std::string> out;
+        if (!v.IsArray()) return out;
+        auto a = v.As<Napi::Array>();
+        for (uint32_t i = 0; i < a.Length(); i++)
+          if (a.Get(i).IsString()) out.push_back(a.Get(i).As<Napi::String>().Utf8Value());
+        return out;
+      };
+      if (lz.Get("triggers").IsArray()) {
+        auto a = lz.Get("triggers").As<Napi::Array>();
+        for (uint32_t i = 0; i < a.Length(); i++) {
+          if (!a.Get(i).IsObject()) continue;
+          auto t = a.Get(i).As<Napi::Object>();
+          mb::GrammarTrigger g;
+          g.pieces = strings(t.Get("pieces"));
+          g.at_start = t.Get("at_start").IsBoolean() && t.Get("at_start").As<Napi::Boolean>().Value();
+          if (!g.pieces.empty()) r.triggers.push_back(std::move(g));
+        }
+      }
+      if (lz.Get("think_open").IsString()) r.trigger_options.think_open = lz.Get("think_open").As<Napi::String>().Utf8Value();
+      if (lz.Get("think_close").IsString()) r.trigger_options.think_close = lz.Get("think_close").As<Napi::String>().Utf8Value();
+      r.trigger_options.starts_in_thinking = lz.Get("starts_in_thinking").IsBoolean() && lz.Get("starts_in_thinking").As<Napi::Boolean>().Value();
+    }
     r.state_point = int(num(o, "state_point", 0));
     loaded_->sched->submit(std::move(r));
     return env.Undefined();

@@ -735,4 +735,114 @@ bool GrammarConstraint::accept(int32_t tok) {
   return m_.accept(trie_->piece(tok));
 }
 
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+TriggerScanner::TriggerScanner(std::vector<GrammarTrigger> triggers, TriggerOptions opts)
+    : triggers_(std::move(triggers)), opts_(std::move(opts)) {
+  triggers_.erase(std::remove_if(triggers_.begin(), triggers_.end(), [](const GrammarTrigger& t) { return t.pieces.empty() || t.pieces[0].empty(); }), triggers_.end());
+  for (const auto& t : triggers_) {
+    size_t n = kGap * (t.pieces.size() - 1);
+    for (const auto& p : t.pieces) n += p.size();
+    max_len_ = std::max(max_len_, n);
+  }
+  if (opts_.think_close.empty()) think_decided_ = true;
+  else if (opts_.starts_in_thinking) thinking_ = think_decided_ = true;
+}
+
+size_t TriggerScanner::match(const GrammarTrigger& t, std::string_view s, size_t at) const {
+  size_t i = at;
+  for (size_t k = 0; k < t.pieces.size(); k++) {
+    if (k > 0)
+      for (size_t gap = 0; gap < kGap && i < s.size() && is_ws(s[i]); gap++) i++;
+    const std::string& p = t.pieces[k];
+    if (s.size() - i < p.size() || s.compare(i, p.size(), p) != 0) return 0;
+    i += p.size();
+  }
+  return i - at;
+}
+
+// Whether `out` (the start of an output) opens a think block: 1 yes, 0 no, -1 not known yet.
+// "<think>" opens one only as the first thing the model writes.
+static int opens_thinking(std::string_view out, const std::string& open) {
+  if (open.empty()) return 0;
+  size_t i = 0;
+  while (i < out.size() && is_ws(out[i])) i++;
+  const std::string_view rest = out.substr(i);
+  if (rest.size() >= open.size()) return rest.compare(0, open.size(), open) == 0 ? 1 : 0;
+  return open.compare(0, rest.size(), rest) == 0 ? -1 : 0;
+}
+
+void TriggerScanner::append(std::string_view piece) {
+  const size_t old_len = text_.size();
+  text_.append(piece.data(), piece.size());
+  if (!think_decided_) {
+    const int t = opens_thinking(text_, opts_.think_open);
+    think_decided_ = t >= 0;
+    thinking_ = t == 1;
+  }
+  if (thinking_) {
+    const std::string& close = opts_.think_close;
+    const size_t from = old_len >= close.size() ? old_len - close.size() + 1 : 0;
+    const size_t at = text_.find(close, from);
+    if (at != std::string::npos) {
+      thinking_ = false;
+      answer_ = at + close.size();
+    }
+  }
+}
+
+size_t TriggerScanner::scan(std::string_view piece) const {
+  if (triggers_.empty() || piece.empty()) return npos;
+  // Inside the think block (or not yet known to be outside one): nothing opens a call. A token
+  // that holds both the end of thinking and an opening is not in any vocabulary met so far.
+  if (thinking_) return npos;
+  const size_t old_len = text_.size();
+  if (!think_decided_) {
+    std::string all = text_;
+    all.append(piece.data(), piece.size());
+    if (opens_thinking(all, opts_.think_open) != 0) return npos;
+  }
+  // A match that completes inside `piece` starts at most max_len_ bytes before its end.
+  const size_t from = std::max(answer_, old_len > max_len_ ? old_len - max_len_ : size_t(0));
+  std::string s;
+  s.reserve(old_len - from + piece.size());
+  s.append(text_, from, std::string::npos);
+  s.append(piece.data(), piece.size());
+  const size_t base = old_len - from;  // where `piece` begins in s
+  for (size_t at = 0; at < s.size(); at++) {
+    for (const auto& t : triggers_) {
+      if (s[at] != t.pieces[0][0]) continue;
+      const size_t n = match(t, s, at);
+      if (n == 0 || at + n <= base) continue;  // no match, or one an earlier token completed
+      if (t.at_start) {
+        // Whitespace only, back to the answer's start (possibly older than the window).
+        bool only_ws = true;
+        for (size_t i = from + at; i > answer_ && only_ws;) {
+          i--;
+          const char c = i < old_len ? text_[i] : piece[i - old_len];
+          only_ws = is_ws(c);
+        }
+        if (!only_ws) continue;
+      }
+      return from + at;
+    }
+  }
+  return npos;
+}
+
+void CallConstraint::mask(float* logits, int n_vocab) {
+  if (own_) {
+    both_.assign(logits, logits + n_vocab);
+    call_->mask(both_.data(), n_vocab);
+    own_->mask(both_.data(), n_vocab);
+    for (int i = 0; i < n_vocab; i++)
+      if (both_[size_t(i)] != -INFINITY) {
+        std::copy(both_.begin(), both_.end(), logits);
+        return;
+      }
+    own_ = nullptr;  // the two grammars part: the call grammar alone decides from here
+  }
+  call_->mask(logits, n_vocab);
+}
+
 }  // namespace mb

@@ -164,4 +164,64 @@ class GrammarConstraint final : public TokenConstraint {
   std::shared_ptr<const TokenTrie> trie_;
 };
 
+// Lazy grammars (tool calls under tool_choice auto, llama.cpp's idea): the output is free until
+// it opens a call, and from the first byte of the opening on it must match the call grammar.
+// An opening (trigger) is a sequence of literal pieces with up to kGap whitespace bytes
+// ([ \t\r\n]) between consecutive pieces; an at-start one counts only where nothing but
+// whitespace precedes it in the answer. A think block (think_open at the start of the output,
+// or the whole start when the prompt opened it) is not the answer: no trigger counts inside it,
+// and the answer starts after its think_close. The call grammar must accept each trigger's text
+// from its first byte (src/chat/tool-grammar.ts builds both from one list of openings).
+struct GrammarTrigger {
+  std::vector<std::string> pieces;
+  bool at_start = false;
+};
+
+struct TriggerOptions {
+  std::string think_open, think_close;  // empty = the model has no think blocks
+  bool starts_in_thinking = false;
+};
+
+class TriggerScanner {
+ public:
+  static constexpr size_t kGap = 8;
+  static constexpr size_t npos = std::string::npos;
+  TriggerScanner(std::vector<GrammarTrigger> triggers, TriggerOptions opts);
+  // Where (a byte offset of the whole output) the earliest trigger that completes inside `piece`,
+  // were it appended, begins; npos when none does. Only the last few bytes are looked at, so a
+  // step costs the same however long the output is.
+  size_t scan(std::string_view piece) const;
+  void append(std::string_view piece);
+  const std::string& text() const { return text_; }
+
+ private:
+  // Length of a match of t starting at `at` in `s`, or 0.
+  size_t match(const GrammarTrigger& t, std::string_view s, size_t at) const;
+  std::vector<GrammarTrigger> triggers_;
+  TriggerOptions opts_;
+  size_t max_len_ = 0;        // the longest text a trigger can match
+  std::string text_;          // the output so far
+  bool thinking_ = false;     // inside the think block
+  bool think_decided_ = false;  // whether the output opens a think block is known
+  size_t answer_ = 0;         // where the answer begins (after the think block)
+};
+
+// After a trigger: the call grammar must hold. A request's own grammar (an engine caller's, such
+// as a test's scripted output) keeps narrowing the choice while the two agree on some token, and
+// gives way for good once they do not.
+class CallConstraint final : public TokenConstraint {
+ public:
+  CallConstraint(GrammarConstraint* call, GrammarConstraint* own) : call_(call), own_(own) {}
+  bool allows(int32_t tok) override { return call_->allows(tok) && (!own_ || own_->allows(tok)); }
+  void mask(float* logits, int n_vocab) override;
+  // The request's own grammar, while it still narrows the choice (null once it gave way).
+  GrammarConstraint* own() const { return own_; }
+  void drop_own() { own_ = nullptr; }
+
+ private:
+  GrammarConstraint* call_;
+  GrammarConstraint* own_;
+  std::vector<float> both_;  // [V] scratch: the row under both grammars
+};
+
 }  // namespace mb

@@ -40,8 +40,8 @@ static int32_t argmax(const float* logits, int n_vocab) {
   return best;
 }
 
-int32_t Sampler::sample(float* logits, int n_vocab, TokenConstraint* constraint) {
-  apply_penalties(logits, n_vocab);
+int32_t Sampler::sample(float* logits, int n_vocab, TokenConstraint* constraint, bool penalize) {
+  if (penalize) apply_penalties(logits, n_vocab);
   if (p_.temperature <= 0.f) {
     int32_t best = argmax(logits, n_vocab);
     if (!constraint) return best;

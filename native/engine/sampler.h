@@ -35,8 +35,9 @@ class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
   // Picks a token from logits [V]; logits is used as scratch and left modified. With a
-  // constraint, only a token it allows; -1 when it allows none.
-  int32_t sample(float* logits, int n_vocab, TokenConstraint* constraint = nullptr);
+  // constraint, only a token it allows; -1 when it allows none. penalize = false draws again
+  // from a row this sampler already penalized.
+  int32_t sample(float* logits, int n_vocab, TokenConstraint* constraint = nullptr, bool penalize = true);
   // Records a token in the penalty window (prompt tokens too, as llama-server does).
   void accept(int32_t tok);
   const SamplerParams& params() const { return p_; }

@@ -23,6 +23,14 @@ struct Scheduler::Seq {
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
   std::unique_ptr<GrammarConstraint> grammar;  // null = unconstrained
+  std::unique_ptr<TriggerScanner> triggers;    // lazy grammar not yet triggered; null otherwise
+  std::unique_ptr<GrammarConstraint> call;     // the lazy grammar, from its trigger on
+  std::unique_ptr<CallConstraint> call_both;   // call, and `grammar` while the two agree
+  // What the sampler obeys now.
+  TokenConstraint* constraint() {
+    if (call_both) return call_both.get();
+    return grammar.get();
+  }
 };
 
 // Below this many extra tokens a prefix copy from a running slot is not worth its memory traffic.
@@ -193,6 +201,7 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
         continue;
       }
     }
+    if (s->req.lazy_grammar && !s->req.triggers.empty()) s->triggers = std::make_unique<TriggerScanner>(s->req.triggers, s->req.trigger_options);
     if (prompt.empty() || int(prompt.size()) > opts_.n_ctx) {
       EngineEvent ev;
       ev.kind = EngineEvent::Error;
@@ -448,15 +457,56 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     Seq& s = *row_seq[r];
     float* row = logits_.data() + r * size_t(n_vocab_);
     if (s.n_gen == 0) s.t_first = now;
-    const int32_t tok = s.sampler.sample(row, n_vocab_, s.grammar.get());
+    int32_t tok = s.sampler.sample(row, n_vocab_, s.constraint());
+    // Lazy grammar: does this token open a call? Then the call grammar takes the trigger's
+    // bytes, and this token's bytes past them; a token it cannot take is drawn again under it.
+    size_t call_from = 0;  // bytes of this token's piece before the call begins
+    bool triggered = false;
+    if (tok >= 0 && s.triggers && !tok_->is_eog(tok)) {
+      const std::string piece = tok_->piece(tok, false);
+      const size_t at = s.triggers->scan(piece);
+      if (at == TriggerScanner::npos) {
+        s.triggers->append(piece);
+      } else {
+        triggered = true;
+        const std::string& text = s.triggers->text();
+        s.call = std::make_unique<GrammarConstraint>(s.req.lazy_grammar, trie());
+        const size_t before = std::min(at, text.size());
+        if (!s.call->matcher().accept(std::string_view(text).substr(before))) {
+          fail(s, "grammar: the call grammar does not take its own trigger (internal error)", out);
+          continue;
+        }
+        call_from = at > text.size() ? at - text.size() : 0;
+        s.call_both = std::make_unique<CallConstraint>(s.call.get(), s.grammar.get());
+        if (!s.call->matcher().allows(std::string_view(piece).substr(call_from))) {
+          // The row still holds this step's logits (penalties applied, a request grammar's
+          // mask at most): draw again, the call grammar deciding from the trigger on.
+          tok = s.sampler.sample(row, n_vocab_, s.call_both.get(), false);
+          call_from = 0;
+        }
+        s.triggers.reset();
+      }
+    }
     if (tok < 0) {
       // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
       // can spell; end the request rather than spin.
-      const std::string why = s.grammar && !s.grammar->error().empty() ? s.grammar->error() : "no token of the vocabulary can continue it";
+      GrammarConstraint* g = s.call ? s.call.get() : s.grammar.get();
+      const std::string why = g && !g->error().empty() ? g->error() : "no token of the vocabulary can continue it";
       fail(s, "grammar: generation cannot continue: " + why, out);
       continue;
     }
-    if (s.grammar && !s.grammar->accept(tok)) {
+    if (s.call) {
+      const bool ok = triggered && call_from > 0 ? s.call->matcher().accept(std::string_view(tok_->piece(tok, false)).substr(call_from)) : s.call->accept(tok);
+      if (!ok) {
+        fail(s, "grammar: the sampled token was rejected (internal error)", out);
+        continue;
+      }
+      // The request's own grammar narrows the call while it can; once it cannot, it is gone.
+      if (s.grammar && (!s.call_both->own() || !s.grammar->accept(tok))) {
+        s.call_both->drop_own();
+        s.grammar.reset();
+      }
+    } else if (s.grammar && !s.grammar->accept(tok)) {
       fail(s, "grammar: the sampled token was rejected (internal error)", out);
       continue;
     }
@@ -480,7 +530,8 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     out.push_back(std::move(ev));
     // The grammar is complete and allows nothing more: stop now instead of spending a step on
     // an end-of-generation token (which also covers vocabularies without one).
-    if (s.grammar && s.grammar->finished()) finish(s, "stop", out);
+    GrammarConstraint* ends = s.call ? s.call.get() : s.grammar.get();
+    if (ends && ends->finished()) finish(s, "stop", out);
     else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
     else if (int(slots_[s.slot].cached.size()) >= opts_.n_ctx) finish(s, "length", out);
     else s.pending = tok;

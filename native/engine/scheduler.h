@@ -36,6 +36,12 @@ struct EngineRequest {
   // `grammar` already compiled by the caller, so a large one costs its own thread and not a
   // step of every running sequence; null = compiled at admission.
   std::shared_ptr<const Grammar> compiled_grammar;
+  // Lazy grammar (grammar.h, TriggerScanner): output is free (or under `grammar`) until it opens
+  // a call in one of `triggers`; from the trigger's first byte on it must match lazy_grammar.
+  // Null = none.
+  std::shared_ptr<const Grammar> lazy_grammar;
+  std::vector<GrammarTrigger> triggers;
+  TriggerOptions trigger_options;
   // State point: prompt[0, state_point) is what a new conversation of the same client would share
   // (its system prompt and tools). Saved to the host cache once prefilled, so a new session
   // restores it even while this slot serves someone else. 0 = none.

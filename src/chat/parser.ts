@@ -1,10 +1,13 @@
 // Incremental output parser: splits generated text into visible text, <think> thinking and
-// Hermes <tool_call>{json}</tool_call> calls, whatever the chunking of the detokenized stream.
+// tool calls, whatever the chunking of the detokenized stream. Calls come in the Hermes family's
+// forms (./tool-forms.ts): <tool_call>{json}</tool_call>, the bare {"name": …} object at the
+// start of the answer, and the same object in a ```json fence.
 // Partial tags are held back until they resolve, so no dialect ever shows "<tool_" to a user;
 // tool arguments are streamed while they are generated, and a call block that turns out not to
 // be a call is given back as plain text.
 import type { GenerationEvent, ToolSpec } from "../engine/types.js";
 import { heldPrefix } from "../engine/stop.js";
+import { CALL_OPENINGS, matchOpening, type CallOpening } from "./tool-forms.js";
 
 export interface OutputParserOptions {
   tools: ToolSpec[];
@@ -80,6 +83,17 @@ class CallScanner {
 
   feed(text: string): void {
     for (const c of text) this.step(c);
+  }
+
+  /** Feeds `text` up to the end of the object (or the point it is not one); the length taken. */
+  feedObject(text: string): number {
+    let n = 0;
+    for (const c of text) {
+      if (this.state === Scan.Done || this.state === Scan.Bad) break;
+      this.step(c);
+      n += c.length;
+    }
+    return n;
   }
 
   private step(c: string): void {
@@ -264,6 +278,12 @@ class CallScanner {
 
 interface OpenCall {
   scanner: CallScanner;
+  /** "tag": ends at </tool_call>; "object": ends with the JSON object (bare, or in a fence). */
+  form: "tag" | "object";
+  /** Inside a ```json fence: its closing ``` is part of the call. */
+  fenced: boolean;
+  /** What opened it before the body (given back with the body if it is not a call after all). */
+  prefix: string;
   body: string;
   /** Set once tool_call_start went out. */
   index: number | null;
@@ -286,6 +306,12 @@ export class OutputParser {
   private think_allowed: boolean;
   private call: OpenCall | null = null;
   private calls = 0;
+  /** Openings of a call besides <tool_call> (bare and fenced objects); none without tools. */
+  private readonly openings: CallOpening[];
+  /** Visible text of the answer came out: a bare object is no longer a call. */
+  private answer_started = false;
+  /** Between the calls of a ```json fence, before its closing ```. */
+  private in_fence = false;
 
   constructor(opts: OutputParserOptions) {
     this.tools = new Map(opts.tools.map((t) => [t.name, t]));
@@ -293,6 +319,7 @@ export class OutputParser {
     this.mode = opts.starts_in_thinking ? "thinking" : "text";
     this.skip_leading_ws = opts.starts_in_thinking;
     this.think_allowed = !opts.starts_in_thinking;
+    this.openings = opts.tools.length > 0 ? CALL_OPENINGS.hermes.filter((o) => o.form === "bare" || o.form === "fence") : [];
   }
 
   /** Inside a think block now. */
@@ -349,6 +376,11 @@ export class OutputParser {
         if (!this.feedCall(out)) return;
         continue;
       }
+      if (this.mode === "text" && this.in_fence) {
+        const r = this.inFence();
+        if (r === "hold") return;
+        if (r === "call") continue;
+      }
       const tags = this.mode === "text" ? this.textTags() : [THINK_CLOSE];
       let at = -1;
       let tag = "";
@@ -362,6 +394,21 @@ export class OutputParser {
       if (tag === THINK_OPEN && (this.pending_ws + this.buf.slice(0, at)).trim() !== "") {
         // Visible text came first: from here on "<think>" is just text.
         this.think_allowed = false;
+        continue;
+      }
+      const opening = this.mode === "text" ? this.findOpening(at < 0 ? this.buf.length : at) : null;
+      if (opening && opening.len === "partial") {
+        // What could still open a call is held back, like a partial tag.
+        this.flushSegment(out, this.buf.slice(0, opening.at), false);
+        this.buf = this.buf.slice(opening.at);
+        return;
+      }
+      if (opening) {
+        this.flushSegment(out, this.buf.slice(0, opening.at), true);
+        this.pending_ws = "";
+        const brace = this.buf.indexOf("{", opening.at);
+        this.openObjectCall(this.buf.slice(opening.at, brace), opening.form === "fence");
+        this.buf = this.buf.slice(brace);
         continue;
       }
       if (at < 0) {
@@ -380,12 +427,62 @@ export class OutputParser {
       } else if (tag === THINK_CLOSE) {
         this.mode = "text";
         this.skip_leading_ws = true;
+        this.answer_started = false;
       } else {
         this.mode = "call";
         this.think_allowed = false;
-        this.call = { scanner: new CallScanner(), body: "", index: null, spec: null, sent: 0 };
+        this.call = { scanner: new CallScanner(), form: "tag", fenced: false, prefix: CALL_OPEN, body: "", index: null, spec: null, sent: 0 };
       }
     }
+  }
+
+  /**
+   * The earliest bare or fenced opening in buf[0, before): where it starts and its length, or
+   * "partial" where the text runs out inside what could still become one.
+   */
+  private findOpening(before: number): { at: number; len: number | "partial"; form: CallOpening["form"] } | null {
+    if (this.openings.length === 0) return null;
+    for (let i = 0; i < before; i++) {
+      const c = this.buf[i];
+      if (c !== "{" && c !== "`") continue;
+      for (const o of this.openings) {
+        if (o.pieces[0][0] !== c) continue;
+        if (o.at_start && (this.answer_started || (this.pending_ws + this.buf.slice(0, i)).trim() !== "")) continue;
+        const len = matchOpening(o, this.buf, i);
+        if (len !== 0) return { at: i, len, form: o.form };
+      }
+    }
+    return null;
+  }
+
+  private openObjectCall(prefix: string, fenced: boolean): void {
+    this.mode = "call";
+    this.think_allowed = false;
+    this.call = { scanner: new CallScanner(), form: "object", fenced, prefix, body: "", index: null, spec: null, sent: 0 };
+  }
+
+  /**
+   * After a call inside a fence: the fence's closing ``` (dropped), another call, or text.
+   * "hold": wait for more; "call": a call opened; "text": go on as text.
+   */
+  private inFence(): "hold" | "call" | "text" {
+    const ws = leadingWs(this.buf);
+    const rest = this.buf.slice(ws);
+    if (rest.startsWith("```")) {
+      this.buf = rest.slice(3);
+      this.in_fence = false;
+      this.skip_leading_ws = true;
+      return "text";
+    }
+    if ("```".startsWith(rest)) return "hold";
+    const next = this.openings.find((o) => o.form === "bare");
+    const m = next ? matchOpening(next, rest, 0) : 0;
+    if (m === "partial") return "hold";
+    this.in_fence = false;
+    if (m === 0) return "text";
+    this.buf = rest;
+    this.openObjectCall("", true);
+    return "call";
   }
 
   /** Emits a run of text or thinking; `before_tag` drops the whitespace that leads up to a tag. */
@@ -403,13 +500,27 @@ export class OutputParser {
       s = s.slice(0, s.length - tail);
     }
     if (s === "") return;
-    if (this.mode === "text") this.think_allowed = false;
+    if (this.mode === "text") {
+      this.think_allowed = false;
+      this.answer_started = true;
+    }
     this.emit(out, this.mode === "thinking" ? "thinking" : "text", s);
   }
 
   /** Feeds buffered text to the open call; true when the call closed and parsing continues. */
   private feedCall(out: GenerationEvent[]): boolean {
     const call = this.call!;
+    if (call.form === "object") {
+      const n = call.scanner.feedObject(this.buf);
+      call.body += this.buf.slice(0, n);
+      this.buf = this.buf.slice(n);
+      this.streamCall(out);
+      const st = call.scanner.state;
+      if (st !== Scan.Done && st !== Scan.Bad) return false;
+      this.closeCall(out, true);
+      if (call.fenced && call.index !== null) this.in_fence = true;
+      return true;
+    }
     const end = this.buf.indexOf(CALL_CLOSE);
     const hold = end >= 0 ? 0 : heldPrefix(this.buf, [CALL_CLOSE]);
     const take = end >= 0 ? end : this.buf.length - hold;
@@ -472,9 +583,10 @@ export class OutputParser {
     const spec = name !== null ? this.tools.get(name) ?? null : null;
     if (call.index === null && (parsed === null || spec === null)) {
       // Not a call after all: give the block back as the text the model wrote.
-      const text = CALL_OPEN + call.body + (closed ? CALL_CLOSE : "");
+      const text = call.prefix + call.body + (closed && call.form === "tag" ? CALL_CLOSE : "");
       this.emit(out, "text", text);
       this.skip_leading_ws = false;
+      this.answer_started = true;
       return;
     }
     if (call.index === null) {

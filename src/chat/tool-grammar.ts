@@ -29,6 +29,7 @@
 // max_tokens. Every refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
 import type { ChatPrompt, ToolSpec } from "../engine/types.js";
+import { CALL_OPENINGS, OPENING_GAP, type ToolFamily } from "./tool-forms.js";
 
 type Schema = Record<string, unknown>;
 
@@ -76,10 +77,11 @@ export function gbnfLiteral(s: string): string {
   return out + '"';
 }
 
-/** The JSON text of a value in the grammar's layout (", " and ": "). */
-function jsonText(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(jsonText).join(", ")}]`;
-  if (isObj(v)) return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${jsonText(x)}`).join(", ")}}`;
+/** The JSON text of a value in the grammar's layout (", " and ": ", or "," and ":" compact). */
+function jsonText(v: unknown, compact = false): string {
+  const [comma, colon] = compact ? [",", ":"] : [", ", ": "];
+  if (Array.isArray(v)) return `[${v.map((x) => jsonText(x, compact)).join(comma)}]`;
+  if (isObj(v)) return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}${colon}${jsonText(x, compact)}`).join(comma)}}`;
   return JSON.stringify(v) ?? "null";
 }
 
@@ -118,12 +120,25 @@ class GrammarBuilder {
   private consumed = 0;
   /** $refs being expanded, with the `consumed` depth each started at. */
   private expanding = new Map<string, number>();
+  /** ": " or ":" after a key, as text. */
+  get separator(): string {
+    return this.colon;
+  }
+  /** The separators as grammar literals, and the colon as text. */
+  private readonly comma: string;
+  private readonly colon: string;
+
+  /** compact: JSON without spaces ("," and ":"), the way gpt-oss writes its arguments. */
+  constructor(private readonly compact = false) {
+    this.comma = compact ? '","' : '", "';
+    this.colon = compact ? ":" : ": ";
+  }
 
   /** The rule for a primitive, added with what it uses. */
   prim(name: string): string {
     if (!this.rules.has(name)) {
       const p = PRIMITIVES[name];
-      this.rules.set(name, p.body);
+      this.rules.set(name, this.compact ? p.body.replaceAll('", "', '","').replaceAll('": "', '":"') : p.body);
       for (const d of p.deps) this.prim(d);
     }
     return name;
@@ -246,8 +261,8 @@ class GrammarBuilder {
     if (!isObj(schema)) return this.prim("json-value"); // true, {} placeholders, garbage
     const s = schema;
     if (typeof s.$ref === "string") return this.ref(s.$ref, hint);
-    if ("const" in s) return gbnfLiteral(jsonText(s.const));
-    if (Array.isArray(s.enum) && s.enum.length > 0) return this.alternatives(hint, s.enum.map((v) => gbnfLiteral(jsonText(v))));
+    if ("const" in s) return gbnfLiteral(jsonText(s.const, this.compact));
+    if (Array.isArray(s.enum) && s.enum.length > 0) return this.alternatives(hint, s.enum.map((v) => gbnfLiteral(jsonText(v, this.compact))));
     const union = Array.isArray(s.anyOf) ? s.anyOf : Array.isArray(s.oneOf) ? s.oneOf : null;
     if (union && union.length > 0) {
       const { anyOf: _a, oneOf: _o, ...rest } = s;
@@ -351,9 +366,9 @@ class GrammarBuilder {
       const ap = s.additionalProperties;
       if (isObj(ap) && Object.keys(ap).length > 0) {
         const v = this.member(ap, `${hint}-value`);
-        const kv = `json-string ": " ${v}`;
+        const kv = `json-string ${gbnfLiteral(this.colon)} ${v}`;
         this.prim("json-string");
-        return this.add(hint, `"{" ( ${kv} ( ", " ${kv} )* )? "}"`);
+        return this.add(hint, `"{" ( ${kv} ( ${this.comma} ${kv} )* )? "}"`);
       }
       // No declared properties: free-form unless extra keys are forbidden (or it is the
       // explicit empty `properties: {}` a tool without parameters sends).
@@ -361,7 +376,7 @@ class GrammarBuilder {
       return this.prim("json-object");
     }
     const items = props.map(([k, v]) => ({
-      kv: `${gbnfLiteral(JSON.stringify(k) + ": ")} ${this.member(v, `${hint}-${k}`)}`,
+      kv: `${gbnfLiteral(JSON.stringify(k) + this.colon)} ${this.member(v, `${hint}-${k}`)}`,
       req: required.has(k),
     }));
     const n = items.length;
@@ -371,7 +386,7 @@ class GrammarBuilder {
     const tail: string[] = new Array(n + 1).fill("");
     for (let i = n - 1; i >= 0; i--) {
       const it = items[i];
-      const body = `${it.req ? `", " ${it.kv}` : `( ", " ${it.kv} )?`} ${tail[i + 1]}`.trim();
+      const body = `${it.req ? `${this.comma} ${it.kv}` : `( ${this.comma} ${it.kv} )?`} ${tail[i + 1]}`.trim();
       tail[i] = i + 1 < n ? this.add(`${hint}-tail`, body) : body;
     }
     // Named rules both ways, so many optional properties never nest deeply.
@@ -389,7 +404,7 @@ class GrammarBuilder {
     if (tuple) {
       if (tuple.length === 0) return '"[]"';
       const parts = tuple.map((t, i) => this.member(t, `${hint}-${i}`));
-      return this.add(hint, `"[" ${parts.join(' ", " ')} "]"`);
+      return this.add(hint, `"[" ${parts.join(` ${this.comma} `)} "]"`);
     }
     const item = this.member(s.items ?? true, `${hint}-item`);
     const min = Math.min(nonNegInt(s.minItems) ?? 0, LENGTH_CAP);
@@ -401,10 +416,10 @@ class GrammarBuilder {
       hi === undefined ? (lo === 0 ? "*" : `{${lo},}`) : hi === lo ? (lo === 0 ? "" : `{${lo}}`) : `{${lo},${hi}}`;
     if (min === 0) {
       const rest = more(0, max === undefined ? undefined : max - 1);
-      return this.add(hint, `"[" ( ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} )? "]"`);
+      return this.add(hint, `"[" ( ${item}${rest === "" ? "" : ` ( ${this.comma} ${item} )${rest}`} )? "]"`);
     }
     const rest = more(min - 1, max === undefined ? undefined : max - 1);
-    return this.add(hint, `"[" ${item}${rest === "" ? "" : ` ( ", " ${item} )${rest}`} "]"`);
+    return this.add(hint, `"[" ${item}${rest === "" ? "" : ` ( ${this.comma} ${item} )${rest}`} "]"`);
   }
 }
 
@@ -595,26 +610,21 @@ export interface ToolCallGrammarOptions {
 export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions = {}): string {
   if (tools.length === 0) throw new Error("toolCallGrammar: no tools");
   const b = new GrammarBuilder();
-  const argsOf: string[] = [];
-  const calls = tools.map((t) => {
-    let args: string;
-    try {
-      args =
-        t.kind === "custom"
-          ? `"{\\"input\\": " ${b.prim("json-string")} "}"`
-          : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
-    } catch (e) {
-      if (e instanceof SchemaLimit) throw new ToolSchemaError(t.name, e.message);
-      // A deep schema can still exhaust the stack in code outside the builder's depth count.
-      if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
-      throw e;
-    }
-    argsOf.push(args);
-    if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args}`;
-    return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args}`;
+  const args = argumentRules(b, tools);
+  refuseEndless(b, tools, args);
+  const calls = tools.map((t, i) => {
+    if (opts.harmony) return `${gbnfLiteral(`<|channel|>commentary to=functions.${t.name} <|constrain|>json<|message|>`)} ${args[i]}`;
+    return `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args[i]}`;
   });
-  // A call of any of these tools must be able to end, since the model may choose any of them.
-  b.endless(argsOf).forEach((rule, i) => {
+  const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
+  if (opts.harmony) return b.text(call);
+  const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
+  return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
+}
+
+/** A call of any of these tools must be able to end, since the model may choose any of them. */
+function refuseEndless(b: GrammarBuilder, tools: ToolSpec[], args: string[]): void {
+  b.endless(args).forEach((rule, i) => {
     if (rule === null) return;
     const ref = b.refOf(rule);
     throw new ToolSchemaError(
@@ -622,8 +632,67 @@ export function toolCallGrammar(tools: ToolSpec[], opts: ToolCallGrammarOptions 
       `${ref !== undefined ? `'${ref.slice(0, 100)}'` : "it"} can never end: every value it allows contains another one (a recursive schema whose required properties or non-empty arrays leave no base case)`,
     );
   });
-  const call = calls.length === 1 ? calls[0] : `( ${calls.join(" | ")} )`;
-  if (opts.harmony) return b.text(call);
-  const think = opts.starts_in_thinking ? `${gbnfLiteral("</think>\n\n")} ` : "";
-  return b.text(`${think}${gbnfLiteral('<tool_call>\n{"name": ')} ${call} ${gbnfLiteral("}\n</tool_call>")}`);
+}
+
+/** Each tool's arguments as a grammar expression (a ToolSchemaError names one it cannot take). */
+function argumentRules(b: GrammarBuilder, tools: ToolSpec[]): string[] {
+  return tools.map((t) => {
+    try {
+      return t.kind === "custom"
+        ? `${gbnfLiteral(`{"input"${b.separator}`)} ${b.prim("json-string")} "}"`
+        : b.schema(t.parameters ?? { type: "object", properties: {} }, `${t.name}-args`);
+    } catch (e) {
+      if (e instanceof SchemaLimit) throw new ToolSchemaError(t.name, e.message);
+      // A deep schema can still exhaust the stack in code outside the builder's depth count.
+      if (e instanceof RangeError) throw new ToolSchemaError(t.name, "nested too deeply");
+      throw e;
+    }
+  });
+}
+
+/** The tools a call under tool_choice auto may name: every offered one, once (null: no lazy grammar). */
+export function autoTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): ToolSpec[] | null {
+  if (chat.tool_choice.type !== "auto") return null;
+  const seen = new Set<string>();
+  const tools = chat.tools.filter((t) => !seen.has(t.name) && (seen.add(t.name), true));
+  return tools.length > 0 ? tools : null;
+}
+
+/**
+ * The call grammar of tool_choice auto: its sentences start where the output opens a call in one
+ * of the family's forms (./tool-forms.ts) and are calls to one of `tools` with schema-valid
+ * arguments, several in a row in the same form (one when opts.parallel is false), then end of
+ * generation. Whitespace between the
+ * opening's pieces as OPENING_GAP allows (the model already wrote it); after the name, the fixed
+ * layout of the forced grammar.
+ */
+export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily, opts: { parallel?: boolean } = {}): string {
+  const more = (x: string) => (opts.parallel === false ? "" : ` ( ${x} )*`);
+  if (tools.length === 0) throw new Error("lazyToolCallGrammar: no tools");
+  // gpt-oss writes its arguments as compact JSON; a grammar that asked for spaces would take
+  // every call it opens away from it at the first separator.
+  const b = new GrammarBuilder(family === "harmony");
+  const args = argumentRules(b, tools);
+  refuseEndless(b, tools, args);
+  const ws = b.add("ws", `[ \\t\\r\\n]{0,${OPENING_GAP}}`);
+  const gapped = (pieces: string[]) => pieces.map(gbnfLiteral).join(` ${ws} `);
+  if (family === "harmony") {
+    // gpt-oss puts the recipient in the role or the channel part of the header; either way the
+    // name, then what may come before the message: a channel, a content type.
+    const tail = b.add("recipient-tail", `${gbnfLiteral("<|channel|>commentary")}? ( ${gbnfLiteral(" <|constrain|>json")} | ${gbnfLiteral(" json")} )? ${gbnfLiteral("<|message|>")}`);
+    const calls = tools.map((t, i) => `${gbnfLiteral(t.name)} ${tail} ${args[i]}`);
+    return b.text(`${gbnfLiteral("to=functions.")} ${b.add("recipient-call", calls.join(" | "))}`);
+  }
+  const named = b.add("named-call", tools.map((t, i) => `${gbnfLiteral(JSON.stringify(t.name) + ', "arguments": ')} ${args[i]}`).join(" | "));
+  // One call object from its opening brace; the opening's own pieces come first.
+  const object = b.add("call-object", `${gapped(["{", '"name"', ":"])} ${ws} ${named} "}"`);
+  const forms: string[] = [];
+  for (const o of CALL_OPENINGS[family]) {
+    if (o.form === "tag") {
+      const block = `${gbnfLiteral("<tool_call>")} ${ws} ${object} ${ws} ${gbnfLiteral("</tool_call>")}`;
+      forms.push(`${block}${more(`${ws} ${block}`)} ${ws}`);
+    } else if (o.form === "bare") forms.push(`${object}${more(`${ws} ${object}`)} ${ws}`);
+    else if (o.form === "fence") forms.push(`${gbnfLiteral(o.pieces[0])} ${ws} ${object}${more(`${ws} ${object}`)} ${ws} ${gbnfLiteral("```")} ${ws}`);
+  }
+  return b.text(forms.join(" | "));
 }

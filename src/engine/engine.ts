@@ -12,7 +12,7 @@
 import { ApiError, type ErrorCode } from "../errors.js";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo, FinishReason } from "./types.js";
 import type { WorkerReject, WorkerSubmit } from "./worker.js";
-import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
+import type { LazyGrammar, NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
 import { mkdirSync } from "node:fs";
 import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
 import { OutputParser } from "../chat/parser.js";
@@ -21,7 +21,7 @@ import { Channel } from "./channel.js";
 import { StopMatcher } from "./stop.js";
 import { WorkerClient } from "./worker-client.js";
 import { deadEndReason, GrammarPool, toolSchemaError } from "./grammar-pool.js";
-import { forcedTools } from "../chat/tool-grammar.js";
+import { autoTools, forcedTools } from "../chat/tool-grammar.js";
 import { preparePrompt } from "./prompt.js";
 import { notReadyError, unloadedModel } from "./readiness.js";
 
@@ -89,6 +89,8 @@ interface Job {
   starts_in_thinking: boolean;
   /** Output grammar (a forced tool choice's, or the request's own); undefined = free. */
   grammar: string | undefined;
+  /** tool_choice auto: the call grammar once the output opens a call (prompt.ts). */
+  lazy_grammar: LazyGrammar | undefined;
   /** State point in characters of prompt_text (prompt-cache.ts). */
   state_point_chars: number;
   /** Ranges of prompt_text never parsed into control tokens (PreparedPrompt.literal). */
@@ -303,6 +305,7 @@ class WorkerEngine implements ManagedEngine {
       add_special: true,
       starts_in_thinking: false,
       grammar: undefined,
+      lazy_grammar: undefined,
       state_point_chars: 0,
       literal: [],
       parser: null,
@@ -340,6 +343,7 @@ class WorkerEngine implements ManagedEngine {
       job.add_special = p.add_special;
       job.starts_in_thinking = p.starts_in_thinking;
       job.grammar = p.grammar;
+      job.lazy_grammar = p.lazy_grammar;
       job.state_point_chars = p.state_point_chars;
       job.literal = p.literal;
     } catch (e) {
@@ -406,6 +410,8 @@ class WorkerEngine implements ManagedEngine {
         seed: s.seed ?? Math.floor(Math.random() * 0xffffffff),
       },
       ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
+      // Resent past a thinking budget, the output starts after the think block.
+      ...(job.lazy_grammar ? { lazy_grammar: job.continued === "" ? job.lazy_grammar : { ...job.lazy_grammar, starts_in_thinking: false } } : {}),
       ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
       ...(literal.length > 0 ? { literal } : {}),
     };
@@ -565,10 +571,13 @@ class WorkerEngine implements ManagedEngine {
         // engine's limits deeper in: the schema's doing, so the 400 naming the tool (an error
         // event in the route's shape once output was sent), not a server failure.
         const dead = GRAMMAR_DEAD_END.exec(e.message);
-        const forced = dead && job.req.grammar === undefined && job.req.input.kind === "chat" ? forcedTools(job.req.input.chat) : null;
-        if (dead && forced) {
+        const chat = job.req.input.kind === "chat" ? job.req.input.chat : null;
+        const forced = dead && chat && job.req.grammar === undefined ? forcedTools(chat) : null;
+        const auto = dead && chat && job.lazy_grammar ? autoTools(chat) : null;
+        const named = forced ?? auto;
+        if (dead && named) {
           const { tool, reason } = deadEndReason(dead[1], job.continued + job.generated);
-          const err = toolSchemaError(tool !== null ? [tool] : forced.map((t) => t.name), reason);
+          const err = toolSchemaError(tool !== null ? [tool] : named.map((t) => t.name), reason, forced !== null);
           this.endWithError(job, err.code, err.message);
         } else this.endWithError(job, "engine_error", e.message);
         return;

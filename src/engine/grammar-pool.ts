@@ -7,6 +7,7 @@ import { Worker } from "node:worker_threads";
 import { createHash } from "node:crypto";
 import { ApiError, clipped } from "../errors.js";
 import type { ToolSpec } from "./types.js";
+import type { ToolFamily } from "../chat/tool-forms.js";
 
 export interface GrammarTask {
   id: number;
@@ -14,6 +15,10 @@ export interface GrammarTask {
   starts_in_thinking: boolean;
   /** The model speaks harmony (gpt-oss): the call in its message shape. */
   harmony: boolean;
+  /** tool_choice auto: the lazy grammar of the family's call forms instead of one forced call. */
+  lazy?: ToolFamily;
+  /** Lazy grammar: false = one call only. */
+  parallel?: boolean;
 }
 export type GrammarReply = { id: number; ok: true; grammar: string } | { id: number; ok: false; tool: string | null; reason: string };
 
@@ -27,13 +32,13 @@ interface Pending {
   reject: (err: ApiError) => void;
 }
 
-/** The 400 for a tool whose schema cannot constrain a forced call. */
-export function toolSchemaError(tools: string[], reason: string): ApiError {
+/** The 400 for a tool whose schema cannot constrain a call (forced, or under tool_choice auto). */
+export function toolSchemaError(tools: string[], reason: string, forced = true): ApiError {
   // Names are the client's: each is cut, and a long list names its first few.
   const names = tools.slice(0, 8).map((t) => `'${clipped(t)}'`);
   if (tools.length > 8) names.push(`${tools.length - 8} more`);
   const which = tools.length === 1 ? `tool ${names[0]}` : `tools ${names.join(", ")}`;
-  return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a forced tool call: ${reason}.`, { param: "tools" });
+  return new ApiError("invalid_request", `The parameters schema of ${which} cannot constrain a ${forced ? "forced " : ""}tool call: ${reason}.`, { param: "tools" });
 }
 
 /**
@@ -44,7 +49,8 @@ export function toolSchemaError(tools: string[], reason: string): ApiError {
 export function callSoFar(text: string): { tool: string; args: string } | null {
   const harmony = /to=functions\.([^\s<]+) ?<\|constrain\|>json<\|message\|>([\s\S]*)$/.exec(text);
   if (harmony) return { tool: harmony[1], args: harmony[2] };
-  const m = /\{"name": ("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
+  // The layout a forced call writes, or the whitespace an opened call may have under tool_choice auto.
+  const m = /\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*"), "arguments": ([\s\S]*)$/.exec(text);
   if (!m) return null;
   try {
     return { tool: JSON.parse(m[1]) as string, args: m[2] };
@@ -82,8 +88,8 @@ export class GrammarPool {
   constructor(private readonly time_limit_ms = GRAMMAR_TIME_LIMIT_MS) {}
 
   /** The grammar of one call to one of `tools`; rejects with a 400 ApiError naming the tool. */
-  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false): Promise<string> {
-    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony])).digest("hex");
+  build(tools: ToolSpec[], starts_in_thinking: boolean, harmony = false, lazy?: ToolFamily, parallel = true): Promise<string> {
+    const key = createHash("sha256").update(JSON.stringify([tools, starts_in_thinking, harmony, lazy ?? null, parallel])).digest("hex");
     const known = this.cache.get(key);
     if (known) {
       this.cache.delete(key); // most recently used last
@@ -91,7 +97,7 @@ export class GrammarPool {
       return known;
     }
     const p = new Promise<string>((resolve, reject) => {
-      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony }, resolve, reject });
+      this.queue.push({ task: { id: this.nextId++, tools, starts_in_thinking, harmony, ...(lazy ? { lazy, parallel } : {}) }, resolve, reject });
       this.pump();
     });
     p.catch(() => {});
@@ -132,7 +138,7 @@ export class GrammarPool {
     this.timer = null;
     this.running = null;
     if (r.ok) job.resolve(r.grammar);
-    else job.reject(toolSchemaError(r.tool !== null ? [r.tool] : job.task.tools.map((t) => t.name), r.reason));
+    else job.reject(toolSchemaError(r.tool !== null ? [r.tool] : job.task.tools.map((t) => t.name), r.reason, job.task.lazy === undefined));
     this.pump();
   }
 
@@ -157,7 +163,7 @@ export class GrammarPool {
       if (this.worker !== w) return;
       this.worker = null;
       if (this.running) this.settle(this.running, { id: this.running.task.id, ok: false, tool: null, reason: e.message });
-      else for (const p of this.queue.splice(0)) p.reject(toolSchemaError(p.task.tools.map((t) => t.name), `its grammar could not be built: ${e.message}`));
+      else for (const p of this.queue.splice(0)) p.reject(toolSchemaError(p.task.tools.map((t) => t.name), `its grammar could not be built: ${e.message}`, p.task.lazy === undefined));
     });
     w.on("exit", () => {
       if (this.worker === w) this.worker = null;

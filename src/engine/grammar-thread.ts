@@ -3,7 +3,7 @@
 // matcher gives up on), so a schema the engine cannot take is refused before a generation meets
 // the dead end halfway through.
 import { parentPort } from "node:worker_threads";
-import { toolCallGrammar, ToolSchemaError } from "../chat/tool-grammar.js";
+import { lazyToolCallGrammar, toolCallGrammar, ToolSchemaError } from "../chat/tool-grammar.js";
 import { loadAddon } from "./native.js";
 import { deadEndReason, type GrammarReply, type GrammarTask } from "./grammar-pool.js";
 
@@ -20,7 +20,7 @@ try {
 }
 
 function build(task: GrammarTask): GrammarReply {
-  const grammar = toolCallGrammar(task.tools, { starts_in_thinking: task.starts_in_thinking, harmony: task.harmony });
+  const grammar = task.lazy ? lazyToolCallGrammar(task.tools, task.lazy, { parallel: task.parallel }) : toolCallGrammar(task.tools, { starts_in_thinking: task.starts_in_thinking, harmony: task.harmony });
   const found = checkGrammar?.(grammar, GRAMMAR_TRIAL_STATES) ?? null;
   if (found === null) return { id: task.id, ok: true, grammar };
   const reason = found.reason.replace(/^grammar: /, "");

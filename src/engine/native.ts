@@ -68,6 +68,21 @@ export interface NativeSampling {
   seed?: number;
 }
 
+/**
+ * A lazy grammar (native/engine/grammar.h, TriggerScanner): the output is free until it opens a
+ * call in one of `triggers` (literal pieces, up to 8 whitespace bytes between two; an at_start
+ * one only where nothing but whitespace precedes it in the answer); from the trigger's first
+ * byte on it must match `grammar`. Nothing triggers inside a think block: think_open as the first
+ * thing written, or from the start when starts_in_thinking, up to think_close.
+ */
+export interface LazyGrammar {
+  grammar: string;
+  triggers: { pieces: string[]; at_start: boolean }[];
+  think_open?: string;
+  think_close?: string;
+  starts_in_thinking?: boolean;
+}
+
 export interface NativeRequest {
   id: number;
   prompt: number[] | Int32Array;
@@ -78,6 +93,8 @@ export interface NativeRequest {
    * unconstrained. One that does not compile ends the request with an error event.
    */
   grammar?: string;
+  /** Tool calls under tool_choice auto: free output until a call opens (see LazyGrammar). */
+  lazy_grammar?: LazyGrammar;
   /**
    * State point: prompt[0, state_point) is what a new conversation of the same client shares
    * (system prompt and tools); saved to the host cache once prefilled. Absent or 0 = none.

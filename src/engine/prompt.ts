@@ -1,12 +1,14 @@
 // What the model is given for a request: the prompt text (the model's chat template for chat
 // input, the raw text otherwise) and the grammar its output must match, if any.
 import { renderChatPromptParts, promptOpensThinking } from "../chat/template.js";
-import { forcedTools } from "../chat/tool-grammar.js";
+import { autoTools, forcedTools } from "../chat/tool-grammar.js";
+import { CALL_OPENINGS, THINK_TAGS, toolFamily } from "../chat/tool-forms.js";
 import { isHarmonyTemplate } from "../chat/harmony.js";
 import { statePointChars } from "./prompt-cache.js";
 import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
 import { ApiError } from "../errors.js";
 import type { GenerationRequest, ModelInfo, ToolSpec } from "./types.js";
+import type { LazyGrammar } from "./native.js";
 
 export interface PreparedPrompt {
   /** Tokenized with parse_special, except `literal`. */
@@ -22,6 +24,8 @@ export interface PreparedPrompt {
   starts_in_thinking: boolean;
   /** Output grammar (native/engine/grammar.h); undefined = free. */
   grammar: string | undefined;
+  /** tool_choice auto with tools: free output until it opens a call, then a valid call. */
+  lazy_grammar?: LazyGrammar;
   /** Where the part a new conversation of this client shares ends, in characters (prompt-cache.ts). */
   state_point_chars: number;
 }
@@ -33,6 +37,11 @@ export interface PreparedPrompt {
  * unconstrained think block has no end but max_tokens, and a small model may never close it, so
  * the call would never come (Anthropic likewise refuses thinking with forced tools).
  * A request's own grammar replaces the forced-call one.
+ *
+ * tool_choice auto with tools: the model may answer in text, but once its output opens a call
+ * (src/chat/tool-forms.ts) the rest is a call to a declared tool with valid arguments (a lazy
+ * grammar; a request's own grammar narrows it while the two agree). A tool whose schema that
+ * grammar cannot take is the same 400 as for a forced call.
  */
 export async function preparePrompt(
   input: GenerationRequest["input"],
@@ -57,7 +66,19 @@ export async function preparePrompt(
   }
   const starts_in_thinking = promptOpensThinking(text);
   if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking, isHarmonyTemplate(model.chat_template));
-  return { text, literal, add_special: true, starts_in_thinking, grammar, state_point_chars: statePointChars(chat, model, text) };
+  let lazy_grammar: LazyGrammar | undefined;
+  const auto = forced ? null : autoTools(chat);
+  if (auto) {
+    const family = toolFamily(model.chat_template);
+    const think = THINK_TAGS[family];
+    lazy_grammar = {
+      grammar: await grammars.build(auto, starts_in_thinking, family === "harmony", family, chat.parallel_tool_calls !== false),
+      triggers: CALL_OPENINGS[family].map((o) => ({ pieces: o.pieces, at_start: o.at_start })),
+      ...(think ? { think_open: think.open, think_close: think.close } : {}),
+      starts_in_thinking,
+    };
+  }
+  return { text, literal, add_special: true, starts_in_thinking, grammar, ...(lazy_grammar ? { lazy_grammar } : {}), state_point_chars: statePointChars(chat, model, text) };
 }
 
 /** The name of the tool whose parameters nest deepest (counted without recursion). */

@@ -61,6 +61,8 @@ export interface ChatPrompt {
   turns: ChatTurn[];
   tools: ToolSpec[];
   tool_choice: ToolChoice;
+  /** false: at most one call per answer (parallel_tool_calls false, disable_parallel_tool_use); default several. */
+  parallel_tool_calls?: boolean;
   /** undefined = template default. */
   enable_thinking?: boolean;
   /** Most tokens of thinking (Anthropic thinking.budget_tokens); then the think block is closed and the answer follows. */

@@ -13,7 +13,7 @@
 // the worker reports the fault and exits rather than serve on: the parent restarts it exactly as
 // after a crash, and the requests of the batch get the one retry they would get then.
 import { componentSetSha, deploymentId } from "./identity.js";
-import { addonPath, loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
+import { addonPath, loadAddon, type LazyGrammar, type NativeEngine, type NativeEvent, type NativeLoadOptions, type NativeSampling } from "./native.js";
 
 /** A submit: prompt text is tokenized here, saving a round trip per request. */
 export interface WorkerSubmit {
@@ -25,6 +25,8 @@ export interface WorkerSubmit {
   sampling: NativeSampling;
   /** Output grammar (see NativeRequest.grammar); absent = unconstrained. */
   grammar?: string;
+  /** Tool calls under tool_choice auto (see NativeRequest.lazy_grammar). */
+  lazy_grammar?: LazyGrammar;
   /** State point in characters of `text` (prompt-cache.ts); absent or 0 = none. */
   state_point_chars?: number;
   /** [begin, end, ...] in characters of `text`: the user's text, never parsed into control tokens. */
@@ -173,7 +175,7 @@ function main(): void {
           try {
             // The grammar is compiled on this thread: one the engine cannot take is refused (a
             // 400) before the request is queued.
-            engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, state_point });
+            engine!.submit({ id: r.id, prompt, max_tokens: r.max_tokens, sampling: r.sampling, grammar: r.grammar, ...(r.lazy_grammar ? { lazy_grammar: r.lazy_grammar } : {}), state_point });
           } catch (e) {
             reject("invalid_request", (e as Error).message, prompt.length);
             return;

@@ -164,6 +164,43 @@ describe("OutputParser", () => {
     ]);
   });
 
+  it("reads a bare call object at the start of the answer (after whitespace, or after thinking)", () => {
+    const call = [start(0, "get_weather"), { type: "tool_call_delta", index: 0, arguments: '{"city": "Paris"}' }, { type: "tool_call_end", index: 0, arguments: '{"city": "Paris"}' }] as GenerationEvent[];
+    checkSplits(' \n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', call);
+    checkSplits('{ "name" : "get_weather", "arguments": {"city": "Paris"}}', call);
+    checkSplits('<think>hm</think>\n{"name": "get_weather", "arguments": {"city": "Paris"}}', [{ type: "thinking", text: "hm" }, ...call]);
+    checkSplits('{"name": "read_file", "arguments": {}}\n{"name": "read_file", "arguments": {}}', [
+      start(0, "read_file"),
+      { type: "tool_call_delta", index: 0, arguments: "{}" },
+      { type: "tool_call_end", index: 0, arguments: "{}" },
+      start(1, "read_file"),
+      { type: "tool_call_delta", index: 1, arguments: "{}" },
+      { type: "tool_call_end", index: 1, arguments: "{}" },
+    ]);
+  });
+
+  it("reads call objects in a ```json fence, and leaves other fences and late objects as text", () => {
+    checkSplits('Sure:\n```json\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n```\nok', [
+      { type: "text", text: "Sure:" },
+      start(0, "get_weather"),
+      { type: "tool_call_delta", index: 0, arguments: '{"city": "Rome"}' },
+      { type: "tool_call_end", index: 0, arguments: '{"city": "Rome"}' },
+      { type: "text", text: "ok" },
+    ]);
+    checkSplits('```\n{"name": "read_file", "arguments": {}}\n{"name": "read_file"}\n```', [
+      start(0, "read_file"),
+      { type: "tool_call_delta", index: 0, arguments: "{}" },
+      { type: "tool_call_end", index: 0, arguments: "{}" },
+      start(1, "read_file"),
+      { type: "tool_call_delta", index: 1, arguments: "{}" },
+      { type: "tool_call_end", index: 1, arguments: "{}" },
+    ]);
+    checkSplits('```json\n{"a": 1}\n```', [{ type: "text", text: '```json\n{"a": 1}\n```' }]);
+    checkSplits('Try {"name": "read_file"} now', [{ type: "text", text: 'Try {"name": "read_file"} now' }]);
+    checkSplits('{"name": "nope", "arguments": {}} x', [{ type: "text", text: '{"name": "nope", "arguments": {}} x' }]);
+    checkSplits('{"name": "read_file"}', [{ type: "text", text: '{"name": "read_file"}' }], { tools: [] });
+  });
+
   it("leaves <tool_call> as text when no tools were offered", () => {
     checkSplits('<tool_call>{"name": "read_file"}</tool_call>', [{ type: "text", text: '<tool_call>{"name": "read_file"}</tool_call>' }], { tools: [] });
   });

@@ -9,7 +9,8 @@ import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { OutputParser } from "../../src/chat/parser.js";
-import { forcedTools, gbnfLiteral, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
+import { autoTools, forcedTools, gbnfLiteral, lazyToolCallGrammar, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
+import { CALL_OPENINGS } from "../../src/chat/tool-forms.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
 import { capturedRequests } from "../clients/captured.js";
 
@@ -284,5 +285,77 @@ describe("tool grammar: the tools real clients send", () => {
       expect(out, tools.map((t) => t.name).join(", ")).to.deep.equal(tools.map(() => "p"));
     }
     expect(schemas).to.be.greaterThan(20);
+  });
+});
+
+describe("tool grammar: tool_choice auto (lazy call grammar)", () => {
+  const weather: ToolSpec = {
+    name: "get_weather",
+    kind: "function",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 30 } }, required: ["city"], additionalProperties: false },
+  };
+  const shell: ToolSpec = { name: "shell", kind: "custom" };
+  const obj = '{"name": "get_weather", "arguments": {"city": "Paris"}}';
+
+  it("autoTools: the offered tools under auto only", () => {
+    expect(autoTools({ tools: [weather, weather, shell], tool_choice: { type: "auto" } })!.map((t) => t.name)).to.deep.equal(["get_weather", "shell"]);
+    expect(autoTools({ tools: [weather], tool_choice: { type: "required" } })).to.equal(null);
+    expect(autoTools({ tools: [], tool_choice: { type: "auto" } })).to.equal(null);
+  });
+
+  it("hermes: every form from its opening on, declared tools only, valid arguments, one call when asked", () => {
+    const g = lazyToolCallGrammar([weather, shell], "hermes");
+    const good = [
+      `<tool_call>\n${obj}\n</tool_call>`,
+      `<tool_call>${obj}</tool_call>\n<tool_call>\n{"name": "shell", "arguments": {"input": "ls"}}\n</tool_call>\n`,
+      obj,
+      `{ "name" :\n "get_weather", "arguments": {"city": "Paris"}}\n${obj}`,
+      `\`\`\`json\n${obj}\n\`\`\``,
+      `\`\`\`\n{\n  "name": "get_weather", "arguments": {"city": "Rome"}}\n${obj}\n\`\`\`\n`,
+    ];
+    const bad = [
+      obj.replace("get_weather", "say"),
+      obj.replace('"city": "Paris"', '"town": "Paris"'),
+      `Sure! ${obj}`, // text before is not the grammar's: it starts at the opening
+      `${obj} done`,
+      `\`\`\`json\n${obj}`.replace("\n{", "\n\n\n\n\n\n\n\n\n{"), // more whitespace than an opening allows
+    ];
+    const out = check(g, [...good, ...bad, `\`\`\`json\n${obj}`]);
+    expect(out.slice(0, good.length), g).to.deep.equal(good.map(() => "1"));
+    expect(out.slice(good.length, good.length + bad.length)).to.deep.equal(bad.map(() => "0"));
+    expect(out[out.length - 1]).to.equal("p"); // a fence still open
+    // Each opening (as the native scan matches it) is a valid start of the grammar.
+    const openings = CALL_OPENINGS.hermes.map((o) => o.pieces.join(o.form === "fence" ? "\n" : ""));
+    expect(check(g, openings)).to.deep.equal(openings.map(() => "p"));
+    const one = lazyToolCallGrammar([weather], "hermes", { parallel: false });
+    expect(check(one, [obj, `${obj}\n${obj}`, `<tool_call>${obj}</tool_call><tool_call>${obj}</tool_call>`])).to.deep.equal(["1", "0", "0"]);
+  });
+
+  it("harmony: the recipient, then a declared name and its JSON arguments, compact as gpt-oss writes them", () => {
+    const g = lazyToolCallGrammar([weather], "harmony");
+    const out = check(g, [
+      'to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}',
+      'to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Paris"}',
+      'to=functions.say <|constrain|>json<|message|>{"city":"Paris"}',
+      "to=functions.get_weather <|constrain|>json<|message|>{}",
+    ]);
+    expect(out).to.deep.equal(["1", "1", "0", "0"]);
+    const custom = lazyToolCallGrammar([shell], "harmony");
+    expect(check(custom, ['to=functions.shell <|constrain|>json<|message|>{"input":"ls"}', 'to=functions.shell <|constrain|>json<|message|>{"input": "ls"}'])).to.deep.equal(["1", "0"]);
+  });
+
+  it("every captured request's tool set converts to a lazy grammar that compiles", () => {
+    const captured = capturedRequests((r) => r.body !== null && Array.isArray(r.body.tools) && r.body.tools.length > 0);
+    const sets = new Map<string, ToolSpec[]>();
+    for (const r of captured) {
+      const tools = wireTools(r.path, r.body!);
+      if (tools.length > 0) sets.set(JSON.stringify(tools), tools);
+    }
+    for (const tools of sets.values()) {
+      const auto = autoTools({ tools, tool_choice: { type: "auto" } })!;
+      const g = lazyToolCallGrammar(auto, "hermes");
+      const out = check(g, auto.map((t) => `{"name": ${JSON.stringify(t.name)}, "arguments": `));
+      expect(out, auto.map((t) => t.name).join(", ")).to.deep.equal(auto.map(() => "p"));
+    }
   });
 });

@@ -332,17 +332,22 @@ describe("gpt-oss harmony output through each dialect (scripted fixture)", funct
     expect(mj.stop_reason).to.equal("end_turn");
   });
 
-  it("a call to a function that was not offered comes back as text, without harmony tags", async () => {
-    const r = await post(
-      "/v1/chat/completions",
-      { messages: [{ role: "user", content: "Weather in Paris?" }], tools: CHAT_TOOLS, max_tokens: 200 },
-      `<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz":"CET"}`,
-    );
+  it("a call to a function that was not offered: steered to an offered one under auto, text under none", async () => {
+    const script = `<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz":"CET"}`;
+    // auto: once the recipient opens a call, the name is one of the declared tools (the random
+    // fixture then writes the arguments under the call grammar).
+    const r = await post("/v1/chat/completions", { messages: [{ role: "user", content: "Weather in Paris?" }], tools: CHAT_TOOLS, max_tokens: 200 }, script);
     const j = (await r.json()) as Record<string, any>;
     const m = j.choices[0].message;
-    expect(m.tool_calls ?? []).to.have.length(0);
-    expect(m.content).to.equal('{"tz":"CET"}');
-    expect(j.choices[0].finish_reason).to.equal("stop");
+    expect(m.tool_calls, JSON.stringify(m)).to.have.length(1);
+    expect(m.tool_calls[0].function.name).to.equal("get_weather");
     expectNoTags(j);
+    // none: nothing is offered, and the call the model writes anyway is text.
+    const none = await post("/v1/chat/completions", { messages: [{ role: "user", content: "Weather in Paris?" }], tools: CHAT_TOOLS, tool_choice: "none", max_tokens: 200 }, script);
+    const jn = (await none.json()) as Record<string, any>;
+    expect(jn.choices[0].message.tool_calls ?? []).to.have.length(0);
+    expect(jn.choices[0].message.content).to.equal('{"tz":"CET"}');
+    expect(jn.choices[0].finish_reason).to.equal("stop");
+    expectNoTags(jn);
   });
 });

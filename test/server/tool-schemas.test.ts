@@ -93,6 +93,25 @@ describe("tool schemas a forced call cannot use, on every route", function () {
     });
   }
 
+  // tool_choice auto decodes a call under the same argument grammars once the output opens one.
+  const autoRoutes = (name: string, schema: Record<string, unknown>) =>
+    routes(name, schema).map(([path, body]): [string, Record<string, unknown>] => [path, { ...body, tool_choice: path.startsWith("/v1/messages") ? { type: "auto" } : "auto" }]);
+
+  for (const [name, schema, reason] of CASES) {
+    it(`${name}, tool_choice auto: 400 naming the tool, streamed or not`, async () => {
+      for (const [path, body] of autoRoutes(name, schema)) {
+        for (const stream of path.endsWith("count_tokens") ? [false] : [false, true]) {
+          const r = await postJson(s.url + path, stream ? { ...body, stream } : body);
+          const where = `${path}${stream ? " (stream)" : ""}`;
+          expect(r.status, where).to.equal(400);
+          const err = (await r.json()).error;
+          expect(err.type, where).to.equal("invalid_request_error");
+          expect(err.message, where).to.include(`'${name}'`).and.include("cannot constrain a tool call").and.match(reason);
+        }
+      }
+    });
+  }
+
   it("a dead end past the up-front trial: 400 naming the tool while nothing was sent, else the route's error event", async () => {
     const schema = ambiguousSchema(50);
     const reason = /'deep_ambiguous'.*too ambiguous .*after the arguments ".*\\"a\\": \[{11}"/;

@@ -275,5 +275,58 @@ int main() {
     CHECK(!json.find_dead_end(2048, input));
     CHECK(json.error().empty());
   }
+  {  // lazy-grammar triggers: where an opening begins, however the tokens split it
+    std::vector<GrammarTrigger> ts = {
+        {{"<tool_call>"}, false},
+        {{"{", "\"name\"", ":"}, true},
+        {{"```json", "{", "\"name\"", ":"}, false},
+    };
+    auto first = [&](const std::vector<std::string>& pieces, bool thinking = false) -> std::string {
+      TriggerScanner sc(ts, TriggerOptions{"<think>", "</think>", thinking});
+      for (size_t i = 0; i < pieces.size(); i++) {
+        const size_t at = sc.scan(pieces[i]);
+        if (at != TriggerScanner::npos) return std::to_string(i) + "@" + std::to_string(at);
+        sc.append(pieces[i]);
+      }
+      return "-";
+    };
+    CHECK_EQ(first({"Hi", " there", "<tool_call>"}), std::string("2@8"));
+    CHECK_EQ(first({"Hi <tool", "_call>\n{"}), std::string("1@3"));  // completes inside a later token
+    CHECK_EQ(first({"{\"", "name", "\":", " \"x\""}), std::string("2@0"));
+    CHECK_EQ(first({"  \n{", " \"name\"", " : \"a"}), std::string("2@3"));  // whitespace before and inside
+    CHECK_EQ(first({"{\"name\": \"a\"}"}), std::string("0@0"));                // one token holds it all
+    CHECK_EQ(first({"ok ", "{\"name\":"}), std::string("-"));                   // bare: only at the start
+    CHECK_EQ(first({"<think>a</think>", "\n\n", "{\"name\":"}), std::string("2@18"));  // or after thinking
+    CHECK_EQ(first({"<think>", "use <tool_call>?", "</think>", "<tool_call>"}), std::string("3@31"));  // never inside it
+    CHECK_EQ(first({"I <tool_call>"}, true), std::string("-"));  // the prompt opened the think block
+    CHECK_EQ(first({"x</think>", "{\"name\":"}, true), std::string("1@9"));
+    CHECK_EQ(first({"a", "<think>", "<tool_call>"}), std::string("2@8"));  // <think> after text is text
+    CHECK_EQ(first({"<tool_call>"}), std::string("0@0"));  // the very first token
+    CHECK_EQ(first({"<", "tool_call>"}), std::string("1@0"));  // a start that could have been <think>
+    CHECK_EQ(first({"Sure:\n```json\n{\n  \"name\": \"f\""}), std::string("0@6"));
+    CHECK_EQ(first({"```json\n{\"key\": 1}\n```"}), std::string("-"));
+    CHECK_EQ(first({"{", "\"name\"", std::string(TriggerScanner::kGap + 1, ' '), ":"}), std::string("-"));  // the gap is bounded
+    // Past the window: a long output costs the same per token and still finds a late opening.
+    std::vector<std::string> lots(500, "text ");
+    lots.push_back("<tool_");
+    lots.push_back("call>");
+    CHECK_EQ(first(lots), std::string("501@2500"));
+  }
+  {  // after a trigger, a request's own grammar narrows the call grammar until the two part
+    std::vector<std::string> pieces = {"a", "b", "c", "<eos>"};
+    auto trie = std::make_shared<const TokenTrie>(pieces, std::vector<uint8_t>{0, 0, 0, 1});
+    GrammarConstraint call(Grammar::parse("root ::= [ab]+"), trie);
+    GrammarConstraint own(Grammar::parse("root ::= \"b\" \"c\""), trie);
+    CallConstraint both(&call, &own);
+    std::vector<float> l = {3, 1, 2, 0};
+    both.mask(l.data(), 4);
+    CHECK(l[0] == -INFINITY && l[1] == 1 && l[2] == -INFINITY);  // only b pleases both
+    CHECK(both.own() != nullptr);
+    CHECK(call.accept(1) && own.accept(1));
+    std::vector<float> l2 = {3, 1, 2, 0};
+    both.mask(l2.data(), 4);  // own wants c, the call grammar forbids it: own gives way
+    CHECK(both.own() == nullptr);
+    CHECK(l2[0] == 3 && l2[1] == 1 && l2[2] == -INFINITY);
+  }
   TEST_MAIN_END();
 }

@@ -193,6 +193,7 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
     turns,
     tools,
     tool_choice: toolChoice(body, tools),
+    ...(body.tool_choice && "disable_parallel_tool_use" in body.tool_choice && body.tool_choice.disable_parallel_tool_use === true ? { parallel_tool_calls: false } : {}),
     ...(thinking !== undefined ? { enable_thinking: thinking } : {}),
     ...(typeof budget === "number" && budget > 0 ? { thinking_budget: budget } : {}),
   };

@@ -164,7 +164,7 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
 
   const tools = toolSpecs(body.tools);
   const thinking = enableThinking(body);
-  return { system, turns, tools, tool_choice: toolChoice(body, tools), ...(thinking !== undefined ? { enable_thinking: thinking } : {}) };
+  return { system, turns, tools, tool_choice: toolChoice(body, tools), ...(body.parallel_tool_calls === false ? { parallel_tool_calls: false } : {}), ...(thinking !== undefined ? { enable_thinking: thinking } : {}) };
 }
 
 /** Responses request → neutral GenerationRequest. Throws ApiError (400) naming the bad field. */
