@@ -20,6 +20,7 @@ import { DEFAULTS } from "./config.js";
 import { renderError, requestValidationError, toApiError } from "./http/errors.js";
 import { ContractRecorder } from "./http/contract.js";
 import { setServerInfo } from "./http/server-info.js";
+import { capMaxSegment } from "./http/socket.js";
 import { createResponseValidator, readOpenapiDocument } from "./contract/validator.js";
 import { addUnsupportedKeyword } from "./contract/unsupported.js";
 import { fillModelId } from "./contract/model-id.js";
@@ -286,6 +287,9 @@ export function createApp(opts: AppOptions): MashboxApp {
         });
       });
       server = s;
+      // Segments as on Ethernet, also over loopback: the stalled-reader clock sees a slow
+      // client's reads every few KB instead of every 64 KiB (src/http/socket.ts).
+      capMaxSegment(s);
       boundPort = (s.address() as AddressInfo).port;
       const h = listenHost.includes(":") ? `[${listenHost}]` : listenHost;
       return { server: s, port: boundPort, url: `http://${h}:${boundPort}` };
