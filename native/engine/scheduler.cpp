@@ -379,10 +379,20 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
   // (Attention cost is per token, so the prefill loses little; alone, it runs full batches.)
   const bool decoding = !b.token.empty();
   double cost_left = opts_.max_batch / 4.0;
-  for (auto& s : running_) {
+  // Shortest remaining prompt first: a request admitted while another slot prefills a long
+  // prompt has its own prefill in the very next step, beside the long one's chunk, instead of
+  // waiting for every chunk of it; once it decodes, the long prompt rides along by cost (above).
+  // Stable, so equal prompts keep their admission order. (A row's bits do not depend on its
+  // neighbours in a batch, which mixing decode tokens with prefill already relies on.)
+  std::vector<Seq*> prefilling;  // [sequences with prompt left] by remaining prompt tokens
+  for (auto& s : running_)
+    if (s->prompt_done < s->req.prompt.size() && s->n_gen == 0) prefilling.push_back(s.get());
+  std::stable_sort(prefilling.begin(), prefilling.end(), [](const Seq* a, const Seq* b) {
+    return a->req.prompt.size() - a->prompt_done < b->req.prompt.size() - b->prompt_done;
+  });
+  for (Seq* s : prefilling) {
     if (budget <= 0) break;
     const auto& p = s->req.prompt;
-    if (s->prompt_done >= p.size() || s->n_gen > 0) continue;
     size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
     if (decoding) {
       if (cost_left <= 0) break;
