@@ -494,8 +494,13 @@ int main() {
     const auto& st = fm->steps_seen[first_short];
     for (const auto& [slot, tp] : st)
       if (slot != long_slot) CHECK_EQ(tp.first, 20);  // its whole prompt at once: first token from this step
-    // The long prompt was still prefilling: the short one did not wait for the end of it.
-    CHECK(st.at(long_slot).second + st.at(long_slot).first < 4000);
+    // The long prompt was still prefilling: the short one did not wait for the end of it, and
+    // beside it the long one's chunk was held to the quarter-batch cost, not a full batch.
+    const int n = st.at(long_slot).first, pos0 = st.at(long_slot).second;
+    CHECK(pos0 + n < 4000);
+    double cost = 0;
+    for (int j = 0; j < n; j++) cost += 1.0 + double(pos0 + j) / 320.0;
+    CHECK(cost < 128.0 + 1.0 + double(pos0 + n) / 320.0);
     CHECK_EQ(fm->bad_pos, 0);
   }
   TEST_MAIN_END();
