@@ -39,7 +39,7 @@ run options:
   --allowed-host NAME  One more Host name to answer to, on any port (repeatable): the Service
                        or gateway hostname clients use. Keys still apply.
   --body-limit MiB     Largest request body accepted; larger ones get 413 (default ${DEFAULTS.body_limit_mib}).
-  --stall-timeout S    Close a stream whose client takes no bytes for S seconds, cancelling its
+  --stall-timeout S    Close a stream whose client reads nothing for S seconds, cancelling its
                        generation (default 30).
   --metrics-without-key  /metrics needs no API key (for scrapers that cannot send one, such
                        as the Gateway API endpoint picker); it carries no keys or prompts.

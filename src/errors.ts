@@ -13,6 +13,9 @@ export type ErrorCode =
   | "model_not_found"
   | "not_found"
   | "method_not_allowed"
+  | "headers_too_large"
+  | "malformed_request"
+  | "http_version_not_supported"
   | "context_length_exceeded"
   | "no_chat_template"
   | "rate_limited"
@@ -42,6 +45,9 @@ export const ERROR_CATALOG: Record<ErrorCode, CatalogEntry> = {
   model_not_found: { status: 404, openai_type: "invalid_request_error", anthropic_type: "not_found_error", default_message: "The model does not exist on this server." },
   not_found: { status: 404, openai_type: "invalid_request_error", anthropic_type: "not_found_error", default_message: "Not found." },
   method_not_allowed: { status: 405, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "Method not allowed." },
+  headers_too_large: { status: 431, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "The request line and headers are over this server's limit of 16 KiB." },
+  malformed_request: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "The request is not valid HTTP/1.1." },
+  http_version_not_supported: { status: 505, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "Only HTTP/1.0 and HTTP/1.1 are served on this port." },
   context_length_exceeded: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "The prompt does not fit in the context window." },
   no_chat_template: { status: 400, openai_type: "invalid_request_error", anthropic_type: "invalid_request_error", default_message: "This model has no chat template (a base model is not trained on conversations), so chat requests cannot be turned into a prompt: send plain text to /v1/completions, or start the server with --chat-template FILE." },
   rate_limited: { status: 429, openai_type: "rate_limit_error", anthropic_type: "rate_limit_error", default_message: "Too many requests are waiting for a slot." },

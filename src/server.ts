@@ -21,6 +21,8 @@ import { renderError, requestValidationError, toApiError } from "./http/errors.j
 import { ContractRecorder } from "./http/contract.js";
 import { setServerInfo } from "./http/server-info.js";
 import { canonicalPath } from "./http/route.js";
+import { capMaxSegment } from "./http/socket.js";
+import { MAX_HEADER_BYTES, guardServer, guardedListener } from "./http/wire.js";
 import { createResponseValidator, readOpenapiDocument } from "./contract/validator.js";
 import { addUnsupportedKeyword } from "./contract/unsupported.js";
 import { fillModelId } from "./contract/model-id.js";
@@ -296,7 +298,8 @@ export function createApp(opts: AppOptions): MashboxApp {
     deps,
     contract_violations: contract?.violations ?? [],
     async listen(port = opts.port ?? DEFAULTS.port, listenHost = host) {
-      const s = createServer(app.callback());
+      const s = createServer({ maxHeaderSize: MAX_HEADER_BYTES }, guardedListener(app.callback()));
+      guardServer(s);
       await new Promise<void>((resolve, reject) => {
         s.once("error", reject);
         s.listen(port, listenHost, () => {
@@ -305,6 +308,9 @@ export function createApp(opts: AppOptions): MashboxApp {
         });
       });
       server = s;
+      // Segments as on Ethernet, also over loopback: the stalled-reader clock sees a slow
+      // client's reads every few KB instead of every 64 KiB (src/http/socket.ts).
+      capMaxSegment(s);
       boundPort = (s.address() as AddressInfo).port;
       const h = listenHost.includes(":") ? `[${listenHost}]` : listenHost;
       return { server: s, port: boundPort, url: `http://${h}:${boundPort}` };

@@ -4,11 +4,14 @@
 #include <napi.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
+#include <linux/tcp.h>  // struct tcp_info with the fields glibc's netinet/tcp.h lacks
 #include <sys/socket.h>
 
 #include "engine/scheduler.h"
@@ -602,6 +605,38 @@ Napi::Value SetSendBuffer(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, got);
 }
 
+// tcpInfo(fd): what the kernel knows of a stream socket's peer, for the stalled-reader clock
+// (src/http/sse.ts): [bytes_acked, snd_wnd, notsent_bytes, snd_mss], or null where TCP_INFO is missing or
+// too old to carry them (Linux < 5.4). bytes_acked + snd_wnd is the right edge of the peer's
+// receive window; it moves when the client's application reads (or its kernel grows its buffer).
+Napi::Value TcpInfo(const Napi::CallbackInfo& info) {
+  auto env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "tcpInfo(fd)");
+  const int fd = info[0].As<Napi::Number>().Int32Value();
+  struct tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return env.Null();
+  if (len < offsetof(struct tcp_info, tcpi_snd_wnd) + sizeof ti.tcpi_snd_wnd) return env.Null();
+  auto out = Napi::Array::New(env, 4);
+  out.Set(uint32_t{0}, Napi::Number::New(env, static_cast<double>(ti.tcpi_bytes_acked)));
+  out.Set(uint32_t{1}, Napi::Number::New(env, ti.tcpi_snd_wnd));
+  out.Set(uint32_t{2}, Napi::Number::New(env, ti.tcpi_notsent_bytes));
+  out.Set(uint32_t{3}, Napi::Number::New(env, ti.tcpi_snd_mss));
+  return out;
+}
+
+// setMaxSegment(fd, bytes): TCP_MAXSEG on the listening socket, inherited by every connection it
+// accepts. Over loopback segments are otherwise up to 64 KiB, and a receiver does not reopen its
+// window for less than one segment (receiver-side silly-window avoidance), so a slow reader would
+// show its reads to the stall clock only every 64 KiB. Returns 0, or -1.
+Napi::Value SetMaxSegment(const Napi::CallbackInfo& info) {
+  auto env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber()) throw Napi::TypeError::New(env, "setMaxSegment(fd, bytes)");
+  const int fd = info[0].As<Napi::Number>().Int32Value();
+  int bytes = info[1].As<Napi::Number>().Int32Value();
+  return Napi::Number::New(env, setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &bytes, sizeof bytes) == 0 ? 0 : -1);
+}
+
 // checkGrammar(text, max_states): null when the grammar compiles and a bounded search of its
 // inputs (GrammarMatcher::find_dead_end) meets none the matcher gives up on; otherwise
 // {reason, input}: why, and the input that gets there (null for a grammar that does not compile).
@@ -671,6 +706,8 @@ Napi::Value CudaModelFootprint(const Napi::CallbackInfo& info) {
 
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setSendBuffer", Napi::Function::New(env, SetSendBuffer, "setSendBuffer"));
+  exports.Set("tcpInfo", Napi::Function::New(env, TcpInfo, "tcpInfo"));
+  exports.Set("setMaxSegment", Napi::Function::New(env, SetMaxSegment, "setMaxSegment"));
   exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)

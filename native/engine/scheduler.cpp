@@ -395,14 +395,25 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
   // deep in a 20k-token prompt a chunk shrinks to tens of tokens, and a concurrent stream keeps
   // getting tokens every fraction of a second instead of one per multi-second 512-token chunk.
   // (Attention cost is per token, so the prefill loses little; alone, it runs full batches.)
-  const bool decoding = !b.token.empty();
+  // A step that yields a token (a decode, or a prompt's last chunk) is someone's latency.
+  bool latency = !b.token.empty();
   double cost_left = opts_.max_batch / 4.0;
-  for (auto& s : running_) {
+  // Shortest remaining prompt first: a request admitted while another slot prefills a long
+  // prompt has its own prefill in the very next step, instead of waiting for every chunk of the
+  // long one, which rides along by cost in that step and while the new request decodes.
+  // Stable, so equal prompts keep their admission order. (A row's bits do not depend on its
+  // neighbours in a batch, which mixing decode tokens with prefill already relies on.)
+  std::vector<Seq*> prefilling;  // [sequences with prompt left] by remaining prompt tokens
+  for (auto& s : running_)
+    if (s->prompt_done < s->req.prompt.size() && s->n_gen == 0) prefilling.push_back(s.get());
+  std::stable_sort(prefilling.begin(), prefilling.end(), [](const Seq* a, const Seq* b) {
+    return a->req.prompt.size() - a->prompt_done < b->req.prompt.size() - b->prompt_done;
+  });
+  for (Seq* s : prefilling) {
     if (budget <= 0) break;
     const auto& p = s->req.prompt;
-    if (s->prompt_done >= p.size() || s->n_gen > 0) continue;
     size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
-    if (decoding) {
+    if (latency) {
       if (cost_left <= 0) break;
       const size_t pos0 = slots_[s->slot].cached.size();
       size_t fit = 0;
@@ -418,6 +429,9 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
     }
     s->prompt_done += k;
     budget -= int(k);
+    // A prompt finishing here gets its first token from this step: the longer ones behind it
+    // ride along by cost too, so that the step stays short.
+    if (s->prompt_done == p.size()) latency = true;
   }
   if (b.token.empty()) return;
 

@@ -463,5 +463,45 @@ int main() {
     CHECK(deep > 0);
     CHECK_EQ(fm->bad_pos, 0);
   }
+  {  // a short request admitted while another slot prefills a long prompt: its prefill joins the
+     // next step, beside one chunk of the long prompt, instead of waiting for all of them
+    auto model = std::make_unique<FakeModel>(2);
+    FakeModel* fm = model.get();
+    fm->give_dims();
+    fm->step_sleep_us = 5000;
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {2, 8192, 512}, [&](auto&& e) { c.sink(std::move(e)); });
+    auto long_prompt = make_prompt(4000, 3);
+    s.submit(req(1, long_prompt, 3));
+    auto steps = [&] {
+      std::lock_guard<std::mutex> lk(fm->steps_mu);
+      return fm->steps_seen.size();
+    };
+    for (int i = 0; i < 5000 && steps() < 1; i++) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const size_t submitted_at = steps();  // forwards done; the one running (index submitted_at) may be the long prompt's alone
+    auto short_prompt = make_prompt(20, 4);
+    s.submit(req(2, short_prompt, 4));
+    Result r2 = c.wait(2);
+    Result r1 = c.wait(1);
+    CHECK(r1.tokens == expected(long_prompt, 3));
+    CHECK(r2.tokens == expected(short_prompt, 4));
+    std::lock_guard<std::mutex> lk(fm->steps_mu);
+    const int long_slot = fm->steps_seen[0].begin()->first;
+    size_t first_short = 0;  // the first step with the short request's slot in it
+    while (first_short < fm->steps_seen.size() && fm->steps_seen[first_short].size() < 2) first_short++;
+    CHECK(first_short < fm->steps_seen.size());
+    CHECK(first_short <= submitted_at + 1);  // at most the step that was running when it came
+    const auto& st = fm->steps_seen[first_short];
+    for (const auto& [slot, tp] : st)
+      if (slot != long_slot) CHECK_EQ(tp.first, 20);  // its whole prompt at once: first token from this step
+    // The long prompt was still prefilling: the short one did not wait for the end of it, and
+    // beside it the long one's chunk was held to the quarter-batch cost, not a full batch.
+    const int n = st.at(long_slot).first, pos0 = st.at(long_slot).second;
+    CHECK(pos0 + n < 4000);
+    double cost = 0;
+    for (int j = 0; j < n; j++) cost += 1.0 + double(pos0 + j) / 320.0;
+    CHECK(cost < 128.0 + 1.0 + double(pos0 + n) / 320.0);
+    CHECK_EQ(fm->bad_pos, 0);
+  }
   TEST_MAIN_END();
 }
