@@ -94,6 +94,9 @@ static KernelTable build_avx2() {
   k.dot[S_Q4_K] = avx2::dot_q4_K;
   k.dot[S_Q5_K] = avx2::dot_q5_K;
   k.dot[S_Q6_K] = avx2::dot_q6_K;
+  k.tile[S_Q4_K] = avx2::tile_q4_K;
+  k.tile[S_Q5_K] = avx2::tile_q5_K;
+  k.tile[S_Q6_K] = avx2::tile_q6_K;
   k.rmsnorm = avx2::rmsnorm;
   k.softmax = avx2::softmax;
   k.silu_mul = avx2::silu_mul;
