@@ -152,6 +152,9 @@ static KernelTable build_avx512() {
   k.gemm8[S_MXFP4] = avx512::gemm8_mxfp4;
   k.gemm16[S_Q4_K] = avx512::gemm16_q4_K;
   k.gemm16[S_Q6_K] = avx512::gemm16_q6_K;
+  k.gemm16[S_Q4_0] = avx512::gemm16_q4_0;
+  k.gemm16[S_Q5_0] = avx512::gemm16_q5_0;
+  k.gemm16[S_Q8_0] = avx512::gemm16_q8_0;
   k.attention = avx512::flash_attention_f32;
   k.attention_scratch = avx512::flash_attention_f32_scratch_floats;
   return k;

@@ -65,6 +65,15 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     if (pbuf.size() < (size_t)ng * gpb) pbuf.resize((size_t)ng * gpb);
     pb = pbuf.data();
   }
+  // aux[T][auxb]: what a Gemm16 kernel derives from each activation row, once per call (in the
+  // room gemm8's packing would take, unused then)
+  const size_t auxb = use16 && g16.prepare ? g16.aux_bytes(K) : 0;
+  uint8_t* aux = nullptr;
+  if (auxb) {
+    std::vector<uint8_t>& abuf = scratch ? scratch->packed : local_packed;
+    if (abuf.size() < (size_t)T * auxb) abuf.resize((size_t)T * auxb);
+    aux = abuf.data();
+  }
   const uint8_t* xq;
   if (vt == GgmlType::F32) {
     xq = reinterpret_cast<const uint8_t*>(x);
@@ -72,7 +81,7 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     if (buf.size() < (size_t)T * xrb) buf.resize((size_t)T * xrb);
     xq = buf.data();
   }
-  if (vt != GgmlType::F32 || ng) {
+  if (vt != GgmlType::F32 || ng || aux) {
     uint8_t* xb = buf.data();
     // unit u < ng: group u's tokens, then its pack; u >= ng: token tg + (u - ng) alone
     const int units = ng + (T - tg);
@@ -81,6 +90,8 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
       const int nt = u < ng ? std::min(kGemm8Group, T - t0) : 1;
       if (vt != GgmlType::F32)
         for (int t = t0; t < t0 + nt; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
+      if (aux)
+        for (int t = t0; t < t0 + nt; t++) g16.prepare(xb + (size_t)t * xrb, K, aux + (size_t)t * auxb);
       if (u < ng) g8.pack(xq + (size_t)t0 * xrb, xrb, nt, K, pb + (size_t)u * gpb);
     };
     if (nth > 1 && T >= kParallelQuantRows) {
@@ -110,7 +121,7 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
         const int64_t r = b * kGemm16Rows;
         const int nr = (int)std::min<int64_t>(kGemm16Rows, N - r);
         g16.unpack(K, W.data + (size_t)r * wrb, wrb, nr, u);
-        g16.run(K, u, nr, xq, xrb, T, y + r, (size_t)N);
+        g16.run(K, u, nr, xq, xrb, aux, auxb, T, y + r, (size_t)N);
       }
     };
     if (nth > 1) pool->run(work16);

@@ -1,4 +1,4 @@
-// AVX-512 VNNI GEMM for the K-quants (Q4_K, Q6_K) over blocks of 16 weight rows: the rows'
+// AVX-512 VNNI GEMM for the K-quants (Q4_K, Q6_K) and Q4_0, Q5_0, Q8_0 over blocks of 16 weight rows: the rows'
 // values are unpacked once per call into the layout vpdpbusd wants with the weights as the
 // register operand, and every token of the call then runs over them. Compiled with
 // -mavx512f/bw/dq/vl/vnni; dispatch.cpp uses it only after checking the CPU.
@@ -237,7 +237,8 @@ template <void (*R1)(int64_t, const uint8_t*, int, const uint8_t*, size_t, float
           void (*R3)(int64_t, const uint8_t*, int, const uint8_t*, size_t, float*, size_t),
           void (*R4)(int64_t, const uint8_t*, int, const uint8_t*, size_t, float*, size_t),
           void (*R8)(int64_t, const uint8_t*, int, const uint8_t*, size_t, float*, size_t)>
-void run_any(int64_t k, const uint8_t* up, int nr, const uint8_t* x, size_t xs, int nt, float* y, size_t ldy) {
+void run_any(int64_t k, const uint8_t* up, int nr, const uint8_t* x, size_t xs, const uint8_t*, size_t, int nt,
+             float* y, size_t ldy) {
   // nt in (4, 8): the 8-token kernel on the call's tokens with the last one repeated would read
   // nothing past x, but costs as much as 8; a 4 and the rest are no slower
   while (nt > 0) {
@@ -256,12 +257,138 @@ void run_any(int64_t k, const uint8_t* up, int nr, const uint8_t* x, size_t xs, 
 }
 static_assert(kTok == 8, "run_any covers up to 8 tokens");
 
+// ---- Q4_0, Q5_0, Q8_0 (activations q8_0) ----
+// The same layout per pair of 32-element blocks: w[16][16] dwords (groups of block 2p, then of
+// block 2p + 1; a missing last block is zero), d[2][16] floats. The arithmetic is vnni.cpp's for
+// these types (its tile, dot and gemm8 give the same bits): per (row, token, block) an exact
+// integer sum of the unsigned weights (value + C) against the activations, started at -C times
+// the sum of the block's activations, then acc = fma(d_w * d_x, float(sum), acc). That start and
+// d_x are each token's aux, computed once per call.
+constexpr size_t kLW = 16 * 64, kLD = kLW, kLPair = kLD + 2 * 64;
+
+template <GgmlType WT> struct Legacy16;
+template <> struct Legacy16<GgmlType::Q4_0> {
+  using W = block_q4_0; static constexpr int C = 8;
+  static __m256i values(const W& b) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)b.qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+  }
+};
+template <> struct Legacy16<GgmlType::Q5_0> {
+  using W = block_q5_0; static constexpr int C = 16;
+  static __m256i values(const W& b) {
+    uint32_t h;
+    std::memcpy(&h, b.qh, 4);
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)b.qs));
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+    return _mm256_or_si256(lo, _mm256_maskz_set1_epi8((__mmask32)h, 0x10));
+  }
+};
+template <> struct Legacy16<GgmlType::Q8_0> {
+  using W = block_q8_0; static constexpr int C = 128;
+  static __m256i values(const W& b) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), _mm256_set1_epi8((char)0x80));
+  }
+};
+
+template <GgmlType WT> size_t unpacked_bytes_legacy(int64_t k) { return (size_t)((k / QK + 1) / 2) * kLPair; }
+
+template <GgmlType WT>
+void unpack_legacy(int64_t k, const uint8_t* w, size_t ws, int nr, uint8_t* out) {
+  using L = Legacy16<WT>;
+  using W = typename L::W;
+  const int64_t nb = k / QK;
+  for (int64_t p = 0; p < (nb + 1) / 2; p++) {
+    uint8_t* o = out + p * kLPair;
+    float* d = (float*)(o + kLD);
+    const bool two = 2 * p + 1 < nb;
+    __m512i a[kRows];
+    for (int r = 0; r < kRows; r++) {
+      const W* b = (const W*)(w + (r < nr ? r : 0) * ws) + 2 * p;
+      a[r] = join(L::values(b[0]), two ? L::values(b[1]) : _mm256_setzero_si256());
+      d[r] = _cvtsh_ss(b[0].d);
+      d[kRows + r] = two ? _cvtsh_ss(b[1].d) : 0.0f;
+    }
+    transpose16(a, (__m512i*)o);
+  }
+}
+
+// aux per block: the sum's start (int32) and d_x (float)
+size_t aux_bytes_legacy(int64_t k) { return (size_t)(k / QK) * 8; }
+template <GgmlType WT>
+void prepare_legacy(const uint8_t* xq, int64_t k, uint8_t* aux) {
+  const block_q8_0* x = (const block_q8_0*)xq;
+  for (int64_t i = 0; i < k / QK; i++) {
+    int32_t sum = 0;
+    for (int e = 0; e < QK; e++) sum += x[i].qs[e];
+    const int32_t start = -Legacy16<WT>::C * sum;
+    const float dx = _cvtsh_ss(x[i].d);
+    std::memcpy(aux + 8 * i, &start, 4);
+    std::memcpy(aux + 8 * i + 4, &dx, 4);
+  }
+}
+
+template <int NT>
+void run_legacy(int64_t k, const uint8_t* up, int nr, const uint8_t* x, size_t xs, const uint8_t* aux, size_t as,
+                float* y, size_t ldy) {
+  const int64_t nb = k / QK;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* o = up + (i / 2) * kLPair;
+    const __m512i* W = (const __m512i*)o + 8 * (i & 1);
+    const __m512 dw = _mm512_load_ps((const float*)(o + kLD) + kRows * (i & 1));
+    __m512i sum[NT];
+    for (int t = 0; t < NT; t++) sum[t] = bcast32(aux + t * as + 8 * i);
+    for (int g = 0; g < 8; g++) {
+      const __m512i wv = _mm512_load_si512(W + g);
+      for (int t = 0; t < NT; t++) {
+        const block_q8_0* xb = (const block_q8_0*)(x + t * xs) + i;
+        sum[t] = _mm512_dpbusd_epi32(sum[t], wv, bcast32(xb->qs + 4 * g));
+      }
+    }
+    for (int t = 0; t < NT; t++) {
+      float dx;
+      std::memcpy(&dx, aux + t * as + 8 * i + 4, 4);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; t++) store_rows(acc[t], nr, y + t * ldy);
+}
+
+template <int NT>
+void run_legacy_n(int64_t k, const uint8_t* up, int nr, const uint8_t* x, size_t xs, const uint8_t* aux, size_t as,
+                  int nt, float* y, size_t ldy) {
+  (void)NT;
+  while (nt > 0) {
+    const int n = nt >= 8 ? 8 : nt >= 4 ? 4 : nt;
+    switch (n) {
+      case 8: run_legacy<8>(k, up, nr, x, xs, aux, as, y, ldy); break;
+      case 4: run_legacy<4>(k, up, nr, x, xs, aux, as, y, ldy); break;
+      case 3: run_legacy<3>(k, up, nr, x, xs, aux, as, y, ldy); break;
+      case 2: run_legacy<2>(k, up, nr, x, xs, aux, as, y, ldy); break;
+      default: run_legacy<1>(k, up, nr, x, xs, aux, as, y, ldy); break;
+    }
+    x += n * xs;
+    aux += n * as;
+    y += n * ldy;
+    nt -= n;
+  }
+}
+
 }  // namespace
 
-extern const Gemm16 gemm16_q4_K = {unpacked_bytes_q4_K, unpack_q4_K,
+extern const Gemm16 gemm16_q4_K = {unpacked_bytes_q4_K, unpack_q4_K, nullptr, nullptr,
                                    run_any<run_q4_K<1>, run_q4_K<2>, run_q4_K<3>, run_q4_K<4>, run_q4_K<8>>};
-extern const Gemm16 gemm16_q6_K = {unpacked_bytes_q6_K, unpack_q6_K,
+extern const Gemm16 gemm16_q6_K = {unpacked_bytes_q6_K, unpack_q6_K, nullptr, nullptr,
                                    run_any<run_q6_K<1>, run_q6_K<2>, run_q6_K<3>, run_q6_K<4>, run_q6_K<8>>};
+#define MB_GEMM16_LEGACY(name, T)                                                                              \
+  extern const Gemm16 name = {unpacked_bytes_legacy<GgmlType::T>, unpack_legacy<GgmlType::T>, aux_bytes_legacy, \
+                              prepare_legacy<GgmlType::T>, run_legacy_n<8>};
+MB_GEMM16_LEGACY(gemm16_q4_0, Q4_0)
+MB_GEMM16_LEGACY(gemm16_q5_0, Q5_0)
+MB_GEMM16_LEGACY(gemm16_q8_0, Q8_0)
+#undef MB_GEMM16_LEGACY
 
 }  // namespace avx512
 }  // namespace kq

@@ -1,10 +1,10 @@
 // Matmul throughput for the default model's shapes (SmolLM2-135M: D=576, F=1536, V=49152) and the
 // Qwen2.5-Coder Q4_K_M files' (0.5B: D=896, F=4864, V=151936; 1.5B: D=1536, F=8960): ms per call
 // (fastest, mean, and CPU time per thread), weight GB/s and GFLOP/s (2*T*K*N) of the fastest call,
-// for each kernel table, 1 and 2 threads, T = 1, 8, 512.
+// for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
 // usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME]
 //   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8)
+//   avx512vnni, avx512-g8, avx512-no16)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,13 +63,18 @@ int main(int argc, char** argv) {
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
-  KernelTable one_group{};
+  // and without the 16-row K-quant GEMM (Gemm8 for every T): what Gemm16 gains
+  KernelTable one_group{}, no16{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
     one_group.name = "avx512-g8";
     for (Gemm8& g : one_group.gemm8) g.run_n = nullptr;
     tables.push_back(&one_group);
+    no16 = *v;
+    no16.name = "avx512-no16";
+    for (Gemm16& g : no16.gemm16) g = {};
+    tables.push_back(&no16);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
@@ -90,13 +95,13 @@ int main(int argc, char** argv) {
       if (s.type == GgmlType::Q4_1 || s.type == GgmlType::Q4_K) std::memcpy(&w[o + 2], &h, 2);
     }
     QMatrix W{s.type, s.K, s.N, w.data()};
-    for (int T : {1, 8, 512}) {
+    for (int T : {1, 8, 32, 512}) {
       std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       for (const KernelTable* kt : tables) {
         if (table && std::strcmp(kt->name, table) != 0) continue;
         for (int nth : {1, 2}) {
-          if (kt == &ref_table() && (T == 512 || nth == 2)) continue;  // the scalar path only as a baseline
+          if (kt == &ref_table() && (T >= 32 || nth == 2)) continue;  // the scalar path only as a baseline
           if (quick && T == 512 && s.N >= 49152) continue;
           ThreadPool pool(nth);
           matmul_with(*kt, W, x.data(), y.data(), T, &pool);  // warm up

@@ -508,20 +508,25 @@ static void test_gemm16_bits(const KernelTable& vt) {
     const Gemm16& g = vt.gemm16[slot];
     if (!g.run) continue;
     tested++;
-    for (int64_t K : {256, 1280}) {
+    for (int64_t K : {256, 1280, 96}) {
+      if (K % block_elems(t)) continue;
       auto w = random_rows(t, kGemm16Rows, K);
       const size_t wrb = ggml_row_bytes(t, K), xrb = ggml_row_bytes(vec_dot_type(t), K);
       const int T = 19;
       auto xf = random_floats((size_t)T * K, 2.0f);
       std::vector<uint8_t> xq((size_t)T * xrb);
       for (int i = 0; i < T; i++) quantize_row_for(vt, t, xf.data() + (size_t)i * K, xq.data() + i * xrb, K);
+      const size_t auxb = g.prepare ? g.aux_bytes(K) : 0;
+      std::vector<uint8_t> aux((size_t)T * auxb + 1);
+      if (g.prepare)
+        for (int i = 0; i < T; i++) g.prepare(xq.data() + i * xrb, K, aux.data() + i * auxb);
       std::vector<uint8_t> room(g.unpacked_bytes(K) + 64);
       uint8_t* u = room.data() + ((64 - ((uintptr_t)room.data() & 63)) & 63);
       for (int nr : {1, 5, 15, 16}) {
         g.unpack(K, w.data(), wrb, nr, u);
         for (int nt = 1; nt <= T; nt++) {
           std::vector<float> y((size_t)nt * kGemm16Rows, NAN);
-          g.run(K, u, nr, xq.data(), xrb, nt, y.data(), kGemm16Rows);
+          g.run(K, u, nr, xq.data(), xrb, aux.data(), auxb, nt, y.data(), kGemm16Rows);
           int bad = 0, stray = 0;
           for (int i = 0; i < nt; i++)
             for (int r = 0; r < kGemm16Rows; r++) {
@@ -538,7 +543,7 @@ static void test_gemm16_bits(const KernelTable& vt) {
       }
     }
   }
-  CHECK(tested == 2, "%s: expected Gemm16 kernels for Q4_K and Q6_K, found %d", vt.name, tested);
+  CHECK(tested == 5, "%s: expected Gemm16 kernels for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K, found %d", vt.name, tested);
 }
 
 // The K-quants the Q4_K_M files hold have tiled kernels (decode streams 4 rows at once).
