@@ -578,6 +578,7 @@ static void test_certify() {
   wrong.dot[S_Q4_0] = q4_0_dot_off_by_one_percent;
   wrong.tile[S_Q4_0] = nullptr;  // so the driver reaches the wrong dot for every token count
   wrong.gemm8[S_Q4_0] = {};
+  wrong.gemm16[S_Q4_0] = {};
   const Certification c = certify(wrong, samples);
   CHECK(!c.passed && c.summary().rfind("failed: ", 0) == 0 && c.failures.find("Q4_0") != std::string::npos,
         "certify with a wrong q4_0 dot: %s", c.summary().c_str());
