@@ -94,6 +94,9 @@ static KernelTable build_avx2() {
   k.dot[S_Q4_K] = avx2::dot_q4_K;
   k.dot[S_Q5_K] = avx2::dot_q5_K;
   k.dot[S_Q6_K] = avx2::dot_q6_K;
+  k.tile[S_Q4_K] = avx2::tile_q4_K;
+  k.tile[S_Q5_K] = avx2::tile_q5_K;
+  k.tile[S_Q6_K] = avx2::tile_q6_K;
   k.rmsnorm = avx2::rmsnorm;
   k.softmax = avx2::softmax;
   k.silu_mul = avx2::silu_mul;
@@ -147,6 +150,11 @@ static KernelTable build_avx512() {
   k.gemm8[S_Q4_K] = avx512::gemm8_q4_K;
   k.gemm8[S_Q6_K] = avx512::gemm8_q6_K;
   k.gemm8[S_MXFP4] = avx512::gemm8_mxfp4;
+  k.gemm16[S_Q4_K] = avx512::gemm16_q4_K;
+  k.gemm16[S_Q6_K] = avx512::gemm16_q6_K;
+  k.gemm16[S_Q4_0] = avx512::gemm16_q4_0;
+  k.gemm16[S_Q5_0] = avx512::gemm16_q5_0;
+  k.gemm16[S_Q8_0] = avx512::gemm16_q8_0;
   k.attention = avx512::flash_attention_f32;
   k.attention_scratch = avx512::flash_attention_f32_scratch_floats;
   return k;

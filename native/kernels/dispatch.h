@@ -47,12 +47,29 @@ struct Gemm8 {
                 int n_groups, int nt, float* y, size_t ldy);
 };
 
+// Optional GEMM over blocks of 16 weight rows (the AVX-512 VNNI set has one for Q4_K, Q6_K, Q4_0,
+// Q5_0 and Q8_0): unpack lays out nr <= 16 rows (w_stride bytes apart) in unpacked_bytes(k) bytes
+// (64-byte aligned) once per call; prepare, where set, derives aux_bytes(k) bytes from each
+// partner-typed activation row once per call; run computes y[t*ldy + r] for r < nr and t < nt
+// (any count) from the unpacked rows, nt activation rows (x_stride bytes apart) and their aux
+// (aux_stride apart), with the same bits as the table's tile and dot for every pair.
+constexpr int kGemm16Rows = 16;
+struct Gemm16 {
+  size_t (*unpacked_bytes)(int64_t k);
+  void (*unpack)(int64_t k, const uint8_t* w, size_t w_stride, int nr, uint8_t* out);
+  size_t (*aux_bytes)(int64_t k);
+  void (*prepare)(const uint8_t* xq, int64_t k, uint8_t* aux);
+  void (*run)(int64_t k, const uint8_t* unpacked, int nr, const uint8_t* x, size_t x_stride, const uint8_t* aux,
+              size_t aux_stride, int nt, float* y, size_t ldy);
+};
+
 struct KernelTable {
   const char* name;
   QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_K, to_f16, to_bf16;
   DotFn dot[S_COUNT];
   TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
   Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
+  Gemm16 gemm16[S_COUNT];  // run may be null; where set, the driver prefers it to gemm8 from kGemm16MinTokens
   void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
   void (*softmax)(float* x, int n);
   void (*silu_mul)(float* gate, const float* up, int n);

@@ -29,6 +29,7 @@ size_t ggml_row_bytes(GgmlType t, int64_t k);
 struct MatmulScratch {
   std::vector<uint8_t> xq;
   std::vector<uint8_t> packed;  // the activations again, in groups of 8 tokens for a Gemm8 kernel
+  std::vector<uint8_t> unpacked;  // per thread, one block of 16 weight rows for a Gemm16 kernel
 };
 
 // y[T, N] = x[T, K] · W^T. The activations are quantized to W's partner type (q8_0 / q8_1 / q8_K)

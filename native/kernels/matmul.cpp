@@ -28,6 +28,8 @@ constexpr int kChunksPerThread = 16;
 constexpr int64_t kMaxChunkRows = 64;
 constexpr size_t kGemm8StepBytes = 64 * 1024;  // packed bytes per Gemm8 step (measured: 64 KB beat 48 at K = 1536)
 }  // namespace
+// From this many tokens a Gemm16 kernel (unpacking each block of 16 rows once) beats Gemm8.
+constexpr int kGemm16MinTokens = 16;
 
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
                  MatmulScratch* scratch) {
@@ -44,8 +46,10 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
 
   // Tokens [0, tg) go through the table's 8-token GEMM where it has one, in groups packed once
   // per call; the rest (all of them without one) through the tile kernels. Same bits either way.
+  const Gemm16& g16 = kt.gemm16[slot];
+  const bool use16 = g16.run && T >= kGemm16MinTokens;
   const Gemm8& g8 = kt.gemm8[slot];
-  const int ng = g8.run ? T / kGemm8Group + (T % kGemm8Group >= kGemm8MinTokens ? 1 : 0) : 0;
+  const int ng = g8.run && !use16 ? T / kGemm8Group + (T % kGemm8Group >= kGemm8MinTokens ? 1 : 0) : 0;
   const int tg = std::min(T, ng * kGemm8Group);
   const size_t gpb = ng ? g8.packed_bytes(K) : 0;  // packed bytes per group
 
@@ -61,6 +65,15 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     if (pbuf.size() < (size_t)ng * gpb) pbuf.resize((size_t)ng * gpb);
     pb = pbuf.data();
   }
+  // aux[T][auxb]: what a Gemm16 kernel derives from each activation row, once per call (in the
+  // room gemm8's packing would take, unused then)
+  const size_t auxb = use16 && g16.prepare ? g16.aux_bytes(K) : 0;
+  uint8_t* aux = nullptr;
+  if (auxb) {
+    std::vector<uint8_t>& abuf = scratch ? scratch->packed : local_packed;
+    if (abuf.size() < (size_t)T * auxb) abuf.resize((size_t)T * auxb);
+    aux = abuf.data();
+  }
   const uint8_t* xq;
   if (vt == GgmlType::F32) {
     xq = reinterpret_cast<const uint8_t*>(x);
@@ -68,7 +81,7 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     if (buf.size() < (size_t)T * xrb) buf.resize((size_t)T * xrb);
     xq = buf.data();
   }
-  if (vt != GgmlType::F32 || ng) {
+  if (vt != GgmlType::F32 || ng || aux) {
     uint8_t* xb = buf.data();
     // unit u < ng: group u's tokens, then its pack; u >= ng: token tg + (u - ng) alone
     const int units = ng + (T - tg);
@@ -77,6 +90,8 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
       const int nt = u < ng ? std::min(kGemm8Group, T - t0) : 1;
       if (vt != GgmlType::F32)
         for (int t = t0; t < t0 + nt; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
+      if (aux)
+        for (int t = t0; t < t0 + nt; t++) g16.prepare(xb + (size_t)t * xrb, K, aux + (size_t)t * auxb);
       if (u < ng) g8.pack(xq + (size_t)t0 * xrb, xrb, nt, K, pb + (size_t)u * gpb);
     };
     if (nth > 1 && T >= kParallelQuantRows) {
@@ -89,6 +104,30 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     }
   }
   const uint8_t* packed = pb;
+
+  if (use16) {
+    // Blocks of 16 rows go to whichever thread is free; each unpacks its block once into its own
+    // room and runs every token over it.
+    const size_t ub = g16.unpacked_bytes(K) + 64;  // + room to align to 64 bytes
+    std::vector<uint8_t> local_unpacked;
+    std::vector<uint8_t>& ubuf = scratch ? scratch->unpacked : local_unpacked;
+    if (ubuf.size() < (size_t)nth * ub) ubuf.resize((size_t)nth * ub);
+    const int64_t nblocks = (N + kGemm16Rows - 1) / kGemm16Rows;
+    std::atomic<int64_t> next_block{0};
+    auto work16 = [&](int ith, int) {
+      uint8_t* u = ubuf.data() + (size_t)ith * ub;
+      u += (64 - ((uintptr_t)u & 63)) & 63;
+      for (int64_t b; (b = next_block.fetch_add(1, std::memory_order_relaxed)) < nblocks;) {
+        const int64_t r = b * kGemm16Rows;
+        const int nr = (int)std::min<int64_t>(kGemm16Rows, N - r);
+        g16.unpack(K, W.data + (size_t)r * wrb, wrb, nr, u);
+        g16.run(K, u, nr, xq, xrb, aux, auxb, T, y + r, (size_t)N);
+      }
+    };
+    if (nth > 1) pool->run(work16);
+    else work16(0, 1);
+    return;
+  }
 
   // The groups go out in chunks of (group step, block of rows) to whichever thread is free
   // (a thread that the OS preempts on a busy machine delays a chunk, not a fixed half of the

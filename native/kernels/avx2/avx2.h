@@ -23,9 +23,17 @@ template <GgmlType WT> float legacy_dot(int64_t k, const void* w, const void* x)
 template <GgmlType WT>
 void legacy_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
                  size_t ldy);
+// K-quants (x is q8_K): as for the legacy types, the dot is the 1x1 case of the tile; the same
+// bits as the AVX-512 set's 8-token GEMM for Q4_K and Q6_K.
 float dot_q4_K(int64_t k, const void* w, const void* x);
 float dot_q5_K(int64_t k, const void* w, const void* x);
 float dot_q6_K(int64_t k, const void* w, const void* x);
+void tile_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy);
+void tile_q5_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy);
+void tile_q6_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy);
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void softmax(float* x, int n);
 void silu_mul(float* gate, const float* up, int n);

@@ -10,7 +10,11 @@ namespace avx512 {
 // vnni.cpp (needs AVX-512 F/BW/DQ/VL/VNNI): GEMM for groups of up to 8 tokens (Q4_K and Q6_K:
 // the same bits as the AVX2 dot kernels).
 extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_q4_K, gemm8_q6_K, gemm8_mxfp4;
-// The same file's tile and dot for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4): the
+// gemm16.cpp (same flags): GEMM over blocks of 16 weight rows for Q4_K and Q6_K (the same bits
+// as the AVX2 tile and dot) and Q4_0, Q5_0, Q8_0 (the same bits as vnni_tile and vnni_dot), the
+// weights unpacked once per call.
+extern const Gemm16 gemm16_q4_K, gemm16_q6_K, gemm16_q4_0, gemm16_q5_0, gemm16_q8_0;
+// vnni.cpp's tile and dot for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4): the
 // 8-token GEMM's bits for a token alone (the AVX2 set sums in another order).
 template <GgmlType WT>
 void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,

@@ -1,6 +1,10 @@
-// Matmul throughput for the default model's shapes (SmolLM2-135M: D=576, F=1536, V=49152):
-// ms per call (fastest, mean, and CPU time per thread), weight GB/s and GFLOP/s (2*T*K*N) of the fastest call, for each kernel table, 1 and 2 threads, T = 1, 8, 512.
-// usage: bench_kernels [--quick]
+// Matmul throughput for the default model's shapes (SmolLM2-135M: D=576, F=1536, V=49152) and the
+// Qwen2.5-Coder Q4_K_M files' (0.5B: D=896, F=4864, V=151936; 1.5B: D=1536, F=8960): ms per call
+// (fastest, mean, and CPU time per thread), weight GB/s and GFLOP/s (2*T*K*N) of the fastest call,
+// for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
+// usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME]
+//   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
+//   avx512vnni, avx512-g8, avx512-no16)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +31,14 @@ static double cpu_seconds() {
 struct Shape { const char* what; GgmlType type; int64_t K, N; };
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  const char* only = nullptr;
+  const char* table = nullptr;
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) table = argv[++i];
+  }
   const Shape shapes[] = {
       {"attn q/o 576x576", GgmlType::Q4_1, 576, 576},
       {"ffn gate/up 576->1536", GgmlType::Q4_1, 576, 1536},
@@ -38,22 +49,37 @@ int main(int argc, char** argv) {
       {"proj 1536x1536", GgmlType::Q6_K, 1536, 1536},
       // one gpt-oss-20b expert's gate/up/down (D = F = 2880) in the MXFP4 its GGUFs ship
       {"expert 2880x2880", GgmlType::MXFP4, 2880, 2880},
+      // Qwen2.5-Coder-0.5B Q4_K_M: Q5_0 gate/up, ffn_down in Q4_K or Q6_K, the Q8_0 output
+      {"q05 gate/up 896->4864", GgmlType::Q5_0, 896, 4864},
+      {"q05 down 4864->896", GgmlType::Q4_K, 4864, 896},
+      {"q05 down 4864->896", GgmlType::Q6_K, 4864, 896},
+      {"q05 output 896->151936", GgmlType::Q8_0, 896, 151936},
+      // Qwen2.5-Coder-1.5B Q4_K_M: Q4_K nearly everywhere, ffn_down half Q6_K, the Q6_K output
+      {"q15 gate/up 1536->8960", GgmlType::Q4_K, 1536, 8960},
+      {"q15 down 8960->1536", GgmlType::Q6_K, 8960, 1536},
+      {"q15 output 1536->151936", GgmlType::Q6_K, 1536, 151936},
   };
   std::mt19937 rng(1);
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
-  KernelTable one_group{};
+  // and without the 16-row K-quant GEMM (Gemm8 for every T): what Gemm16 gains
+  KernelTable one_group{}, no16{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
     one_group.name = "avx512-g8";
     for (Gemm8& g : one_group.gemm8) g.run_n = nullptr;
     tables.push_back(&one_group);
+    no16 = *v;
+    no16.name = "avx512-no16";
+    for (Gemm16& g : no16.gemm16) g = {};
+    tables.push_back(&no16);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
   for (const Shape& s : shapes) {
+    if (only && !std::strstr(s.what, only) && !std::strstr(ggml_type_name(s.type), only)) continue;
     const size_t wb = ggml_row_bytes(s.type, s.K) * s.N;
     std::vector<uint8_t> w(wb);
     for (auto& b : w) b = rng() & 0xff;
@@ -69,13 +95,14 @@ int main(int argc, char** argv) {
       if (s.type == GgmlType::Q4_1 || s.type == GgmlType::Q4_K) std::memcpy(&w[o + 2], &h, 2);
     }
     QMatrix W{s.type, s.K, s.N, w.data()};
-    for (int T : {1, 8, 512}) {
+    for (int T : {1, 8, 32, 512}) {
       std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       for (const KernelTable* kt : tables) {
+        if (table && std::strcmp(kt->name, table) != 0) continue;
         for (int nth : {1, 2}) {
-          if (kt == &ref_table() && (T == 512 || nth == 2)) continue;  // the scalar path only as a baseline
-          if (quick && T == 512 && s.N == 49152) continue;
+          if (kt == &ref_table() && (T >= 32 || nth == 2)) continue;  // the scalar path only as a baseline
+          if (quick && T == 512 && s.N >= 49152) continue;
           ThreadPool pool(nth);
           matmul_with(*kt, W, x.data(), y.data(), T, &pool);  // warm up
           // time each call for ~0.3 s (at least 3 calls); report the fastest call, which is the

@@ -497,6 +497,60 @@ static void test_gemm8_bits(const KernelTable& vt, ThreadPool* pool) {
         tested);
 }
 
+// The 16-row GEMM, called directly: every row count of a block (1 .. 16) and token count (1 .. 19,
+// so every split of the 8-token passes), the bits of the table's dot for every pair; and the
+// driver reaches it (T >= 16) with the same bits as one token at a time (test_gemm8_bits covers
+// the driver for T up to 67).
+static void test_gemm16_bits(const KernelTable& vt) {
+  int tested = 0;
+  for (GgmlType t : kWeightTypes) {
+    const int slot = type_slot(t);
+    const Gemm16& g = vt.gemm16[slot];
+    if (!g.run) continue;
+    tested++;
+    for (int64_t K : {256, 1280, 96}) {
+      if (K % block_elems(t)) continue;
+      auto w = random_rows(t, kGemm16Rows, K);
+      const size_t wrb = ggml_row_bytes(t, K), xrb = ggml_row_bytes(vec_dot_type(t), K);
+      const int T = 19;
+      auto xf = random_floats((size_t)T * K, 2.0f);
+      std::vector<uint8_t> xq((size_t)T * xrb);
+      for (int i = 0; i < T; i++) quantize_row_for(vt, t, xf.data() + (size_t)i * K, xq.data() + i * xrb, K);
+      const size_t auxb = g.prepare ? g.aux_bytes(K) : 0;
+      std::vector<uint8_t> aux((size_t)T * auxb + 1);
+      if (g.prepare)
+        for (int i = 0; i < T; i++) g.prepare(xq.data() + i * xrb, K, aux.data() + i * auxb);
+      std::vector<uint8_t> room(g.unpacked_bytes(K) + 64);
+      uint8_t* u = room.data() + ((64 - ((uintptr_t)room.data() & 63)) & 63);
+      for (int nr : {1, 5, 15, 16}) {
+        g.unpack(K, w.data(), wrb, nr, u);
+        for (int nt = 1; nt <= T; nt++) {
+          std::vector<float> y((size_t)nt * kGemm16Rows, NAN);
+          g.run(K, u, nr, xq.data(), xrb, aux.data(), auxb, nt, y.data(), kGemm16Rows);
+          int bad = 0, stray = 0;
+          for (int i = 0; i < nt; i++)
+            for (int r = 0; r < kGemm16Rows; r++) {
+              const float v = y[(size_t)i * kGemm16Rows + r];
+              if (r >= nr) {
+                if (!std::isnan(v)) stray++;
+                continue;
+              }
+              if (!(v == vt.dot[slot](K, w.data() + r * wrb, xq.data() + i * xrb))) bad++;
+            }
+          CHECK(bad == 0 && stray == 0, "%s gemm16 %s K=%d nr=%d nt=%d: %d differ from the dot, %d stores past nr",
+                vt.name, tname(t), (int)K, nr, nt, bad, stray);
+        }
+      }
+    }
+  }
+  CHECK(tested == 5, "%s: expected Gemm16 kernels for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K, found %d", vt.name, tested);
+}
+
+// The K-quants the Q4_K_M files hold have tiled kernels (decode streams 4 rows at once).
+static void test_kquant_tiles(const KernelTable& ft) {
+  CHECK(ft.tile[S_Q4_K] && ft.tile[S_Q5_K] && ft.tile[S_Q6_K], "%s: Q4_K, Q5_K and Q6_K need tile kernels", ft.name);
+}
+
 // The start-up gate passes every set this CPU runs, and fails a table with one wrong kernel,
 // naming it (the production gate and this test share certify(); no hook in the server).
 static float q4_0_dot_off_by_one_percent(int64_t k, const void* w, const void* x) {
@@ -524,6 +578,7 @@ static void test_certify() {
   wrong.dot[S_Q4_0] = q4_0_dot_off_by_one_percent;
   wrong.tile[S_Q4_0] = nullptr;  // so the driver reaches the wrong dot for every token count
   wrong.gemm8[S_Q4_0] = {};
+  wrong.gemm16[S_Q4_0] = {};
   const Certification c = certify(wrong, samples);
   CHECK(!c.passed && c.summary().rfind("failed: ", 0) == 0 && c.failures.find("Q4_0") != std::string::npos,
         "certify with a wrong q4_0 dot: %s", c.summary().c_str());
@@ -552,6 +607,7 @@ int main(int argc, char** argv) {
   // avx2_table() is null unless compiled in and supported by this CPU
   if (const KernelTable* a = avx2_table()) {
     test_fast_vs_ref(*a);
+    test_kquant_tiles(*a);
     test_matmul(*a, &p1, &p2);
     test_matmul_big(*a);
   } else {
@@ -563,6 +619,7 @@ int main(int argc, char** argv) {
     test_matmul_big(*v);
     test_gemm8_bits(*v, &p2);
     test_gemm8_bits(*v, &p1);
+    test_gemm16_bits(*v);
   } else {
     std::printf("SKIPPED: no AVX-512 VNNI kernels on this build or CPU\n");
   }
