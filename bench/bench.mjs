@@ -343,7 +343,7 @@ async function manyStreams(send, n, tokens) {
 // ---------------------------------------------------------------------------------------------
 // llama.cpp: llama-bench (pp at each size, tg), llama-server (one stream, depth, N streams)
 function llamaBench(bin, modelPath, sizes, tg) {
-  const argv = ["-m", modelPath, "-t", String(THREADS), "-p", sizes.join(","), "-n", String(tg), "-r", "1", "-fa", "1", "-o", "json"];
+  const argv = ["-m", modelPath, "-t", String(THREADS), "-p", sizes.join(","), "-n", String(tg), "-r", "1", "-o", "json"];
   const r = spawnSync(join(bin, "llama-bench"), argv, { encoding: "utf8", maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`llama-bench exited ${r.status}: ${r.stderr.slice(-2000)}`);
   const rows = JSON.parse(r.stdout);
