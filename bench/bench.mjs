@@ -71,7 +71,9 @@ const STREAM_TOKENS = Number(opt["stream-tokens"] ?? (Q ? 16 : 128));
 const STREAM_CTX = 1024; // per slot, both servers
 const ARCHS = (opt.archs ?? "").split(",").filter(Boolean);
 const MEMBW_MIB = Q ? 256 : 1024;
-const DEPTH = Math.max(...PREFILL);
+// Decode at depth follows the largest prompt, or the model's training context when that is shorter
+// (llama-server caps a slot's context there).
+const depthFor = (facts) => Math.min(Math.max(...PREFILL), Math.floor((facts.ctxTrain - DEPTH_DECODE - 64) / 100) * 100);
 const SKIP_LLAMA = opt["skip-llama"];
 const SKIP_MASHBOX = opt["skip-mashbox"];
 const mashboxHome = process.env.MASHBOX_HOME ?? join(homedir(), ".cache", "mashbox");
@@ -89,6 +91,7 @@ const pct = (x) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
 const mib = (b) => (b / 1048576).toFixed(1);
 const load = () => loadavg()[0].toFixed(1);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const live = new Set(); // servers and llama-bench runs this process started, ended if it is stopped
 
 // ---------------------------------------------------------------------------------------------
 // Models and what a token costs
@@ -194,7 +197,7 @@ const countText = (start) => {
 // ---------------------------------------------------------------------------------------------
 // mashbox through the addon: prefill at each size (prompt_ms), decode at the largest's depth, and
 // single-stream decode.
-async function mashboxAddon(modelPath, { sizes = PREFILL, decode = DECODE, depthDecode = DEPTH_DECODE } = {}) {
+async function mashboxAddon(modelPath, { sizes = PREFILL, decode = DECODE, depth = Math.max(...sizes), depthDecode = DEPTH_DECODE } = {}) {
   const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
   if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
   const addon = createRequire(import.meta.url)(addonPath);
@@ -221,13 +224,15 @@ async function mashboxAddon(modelPath, { sizes = PREFILL, decode = DECODE, depth
   const out = { kernels: info.kernels, prefill: {}, depth: null, decode: null };
   try {
     await run(tok(countText(900)).slice(0, 64), 4); // page the weights in
-    for (const [k, n] of sizes.entries()) {
+    // the depth run rides on the prefill of its size, or is one more prompt when no size matches
+    const runs = sizes.includes(depth) || depthDecode <= 0 ? sizes : [...sizes, depth];
+    for (const [k, n] of runs.entries()) {
       const prompt = tok(fillerText(200 + k, n)).slice(0, n);
       if (prompt.length < n) throw new Error(`filler too short for ${n} tokens`);
-      const withDepth = n === Math.max(...sizes) && depthDecode > 0;
+      const withDepth = n === depth && depthDecode > 0;
       const { done, times } = await run(prompt, withDepth ? depthDecode + 1 : 1);
       if (done.type === "error") throw new Error(`mashbox prefill ${n}: ${done.message}`);
-      out.prefill[n] = (n * 1000) / done.prompt_ms;
+      if (k < sizes.length) out.prefill[n] = (n * 1000) / done.prompt_ms;
       if (withDepth) out.depth = { n, tokens: times.length - 1, want: depthDecode, rate: rateOf(times), prompt };
     }
     if (decode > 0) {
@@ -256,10 +261,14 @@ async function startServer(name, cmd, argv, port) {
   const log = join(logDir, `${name}-${port}.log`);
   const out = createWriteStream(log);
   const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  live.add(child);
   child.stdout.pipe(out);
   child.stderr.pipe(out);
   let exited = null;
-  child.once("exit", (code, sig) => (exited = code ?? sig));
+  child.once("exit", (code, sig) => {
+    exited = code ?? sig;
+    live.delete(child);
+  });
   const base = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 600_000;
   for (;;) {
@@ -342,11 +351,17 @@ async function manyStreams(send, n, tokens) {
 
 // ---------------------------------------------------------------------------------------------
 // llama.cpp: llama-bench (pp at each size, tg), llama-server (one stream, depth, N streams)
-function llamaBench(bin, modelPath, sizes, tg) {
+async function llamaBench(bin, modelPath, sizes, tg) {
   const argv = ["-m", modelPath, "-t", String(THREADS), "-p", sizes.join(","), "-n", String(tg), "-r", "1", "-o", "json"];
-  const r = spawnSync(join(bin, "llama-bench"), argv, { encoding: "utf8", maxBuffer: 64 << 20 });
-  if (r.status !== 0) throw new Error(`llama-bench exited ${r.status}: ${r.stderr.slice(-2000)}`);
-  const rows = JSON.parse(r.stdout);
+  const child = spawn(join(bin, "llama-bench"), argv, { stdio: ["ignore", "pipe", "pipe"] });
+  live.add(child);
+  let stdout = "", stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
+  const status = await new Promise((res) => child.once("exit", (code, sig) => res(code ?? sig)));
+  live.delete(child);
+  if (status !== 0) throw new Error(`llama-bench exited ${status}: ${stderr.slice(-2000)}`);
+  const rows = JSON.parse(stdout);
   const out = { prefill: {}, tg: null };
   for (const row of rows) {
     if (row.n_gen === 0) out.prefill[row.n_prompt] = row.avg_ts;
@@ -370,7 +385,7 @@ const checked = (what, got, want) => (got === want ? `${got} tokens` : `${got} o
 const okRate = (r) => (r && r.tokens === r.want ? r.rate : NaN);
 
 async function mashboxRound(model, round, rec) {
-  const a = await mashboxAddon(model.path);
+  const a = await mashboxAddon(model.path, { depth: rec.depth });
   for (const n of PREFILL) rec.mb.prefill[n].push(a.prefill[n]);
   rec.mb.decode.push(okRate(a.decode));
   if (a.depth) rec.mb.depth.push(okRate(a.depth));
@@ -401,11 +416,11 @@ async function mashboxRound(model, round, rec) {
 }
 
 async function llamaRound(bin, model, round, rec) {
-  const b = llamaBench(bin, model.path, PREFILL, DECODE);
+  const b = await llamaBench(bin, model.path, PREFILL, DECODE);
   for (const n of PREFILL) rec.ll.prefill[n].push(b.prefill[n]);
   rec.ll.tg.push(b.tg);
   console.log(`  [${round}] llama.cpp llama-bench: pp ${PREFILL.map((n) => `${n}: ${f1(b.prefill[n])}`).join(", ")} tok/s | tg${DECODE} ${f1(b.tg)} tok/s (load ${load()})`);
-  let s = await llamaServer(bin, model.path, 1, Math.max(1024, DEPTH + DEPTH_DECODE + 64));
+  let s = await llamaServer(bin, model.path, 1, Math.max(1024, rec.depth + DEPTH_DECODE + 64));
   try {
     await llamaStream(s.base, countText(7), 4);
     const one = await llamaStream(s.base, countText(1), DECODE);
@@ -414,10 +429,14 @@ async function llamaRound(bin, model, round, rec) {
     rec.ll.http.push(ok ? streamRate(one) : NaN);
     let line = `  [${round}] llama.cpp llama-server one stream: ${f1(streamRate(one))} tok/s (${checked("http", ok ? n : Math.min(n, one.predicted ?? n), DECODE)})`;
     if (DEPTH_DECODE > 0 && rec.depthPrompt) {
-      const d = await llamaDepth(s.base, rec.depthPrompt, DEPTH_DECODE);
-      rec.ll.depth.push(okRate(d));
-      rec.ll.serverPrefill.push(d.prefill);
-      line += ` | at depth ${DEPTH} ${f1(d.rate)} tok/s (${checked("depth", d.tokens, d.want)}; its prefill ${f1(d.prefill)} tok/s)`;
+      try {
+        const d = await llamaDepth(s.base, rec.depthPrompt, DEPTH_DECODE);
+        rec.ll.depth.push(okRate(d));
+        rec.ll.serverPrefill.push(d.prefill);
+        line += ` | at depth ${rec.depth} ${f1(d.rate)} tok/s (${checked("depth", d.tokens, d.want)}; its prefill ${f1(d.prefill)} tok/s)`;
+      } catch (e) {
+        line += ` | at depth ${rec.depth}: ${e.message}`;
+      }
     }
     console.log(line);
   } finally {
@@ -453,25 +472,35 @@ async function benchModel(model, bin, peak, bwAll) {
   const size = statSync(model.path).size;
   console.log(`\n== ${model.id}: ${model.path} (${mib(size)} MiB, ${facts.arch}, ${facts.layers} layers, ${facts.heads}/${facts.kvHeads} heads x ${facts.headDim}, ` +
     `${(facts.matmulParams / 1e6).toFixed(0)}M matmul params${facts.tied ? ", output tied to the embedding" : ""}; training context ${facts.ctxTrain})`);
-  console.log(`   threads ${THREADS}, prefill ${PREFILL.join("/")}, decode ${DECODE}, depth ${DEPTH} + ${DEPTH_DECODE}, ${STREAMS} streams x ${STREAM_TOKENS} (ctx ${STREAM_CTX}/slot), rounds ${ROUNDS}`);
-  if (DEPTH > facts.ctxTrain) console.log(`   note: depth ${DEPTH} is past the model's training context ${facts.ctxTrain} (speed only; both engines run it)`);
   const series = () => ({ prefill: Object.fromEntries(PREFILL.map((n) => [n, []])), decode: [], depth: [], http: [], streams: [], tg: [], serverPrefill: [] });
-  const rec = { mb: series(), ll: series(), depthPrompt: null, kernels: null };
+  const rec = { mb: series(), ll: series(), depthPrompt: null, kernels: null, depth: depthFor(facts) };
+  console.log(`   threads ${THREADS}, prefill ${PREFILL.join("/")}, decode ${DECODE}, depth ${rec.depth} + ${DEPTH_DECODE}, ${STREAMS} streams x ${STREAM_TOKENS} (ctx ${STREAM_CTX}/slot), rounds ${ROUNDS}`);
+  if (Math.max(...PREFILL) > facts.ctxTrain)
+    console.log(`   note: prefill ${Math.max(...PREFILL)} is past the model's training context ${facts.ctxTrain} (speed only); decode at depth runs at ${rec.depth}`);
   const bw = [];
+  let done = 0;
+  // A run stopped early (Ctrl-C, a timeout's SIGTERM) still prints what its finished parts measured.
+  interrupted = () => summary(model, facts, rec, bw, peak, `${done} finished round(s), stopped early`);
   for (let round = 1; round <= ROUNDS; round++) {
     bw.push(measureBandwidth());
     bwAll.push(bw[bw.length - 1]);
     console.log(`  [${round}] memory read bandwidth (${THREADS} threads, ${MEMBW_MIB} MiB): ${f1(bw[bw.length - 1] / 1e9)} GB/s`);
     if (!SKIP_MASHBOX) await mashboxRound(model, round, rec);
     if (!SKIP_LLAMA) await llamaRound(bin, model, round, rec);
+    done = round;
   }
-  // Summary: medians over rounds
+  interrupted = null;
+  summary(model, facts, rec, bw, peak, `medians of ${ROUNDS} round(s)`);
+}
+
+// Summary: medians over rounds
+function summary(model, facts, rec, bw, peak, what) {
   const B = median(bw);
   const T = TARGETS[model.id] ?? {};
   const m = (xs) => median(xs);
   const shortDepth = 20 + DECODE / 2; // the counting prompt plus half the answer
   const bwFrac = (rate, depth) => (bytesPerToken(facts, depth) * rate) / B;
-  console.log(`-- ${model.id} summary (medians of ${ROUNDS} round(s); bandwidth ${f1(B / 1e9)} GB/s; kernels ${rec.kernels ?? "-"}; int8 peak ${f1(peak.ops / 1e9)} GOPS)`);
+  console.log(`-- ${model.id} summary (${what}; bandwidth ${f1(B / 1e9)} GB/s; kernels ${rec.kernels ?? "-"}; int8 peak ${f1(peak.ops / 1e9)} GOPS)`);
   for (const n of PREFILL) {
     const a = m(rec.mb.prefill[n]), b = m(rec.ll.prefill[n]);
     const g = (r) => (prefillOps(facts, n) * r) / n;
@@ -484,8 +513,8 @@ async function benchModel(model, bin, peak, bwAll) {
   console.log(`     addon vs llama-bench ${vs(d, tg, T.decodeBench)}; HTTP vs llama-server ${vs(h, lh, T.decodeServer)}` +
     (T.bw ? `; mashbox at ${pct(bwFrac(d, shortDepth))} of the bandwidth limit (target >= ${pct(T.bw)}${bwFrac(d, shortDepth) >= T.bw ? ": met" : ": NOT met"})` : ""));
   if (DEPTH_DECODE > 0) {
-    const a = m(rec.mb.depth), b = m(rec.ll.depth), dd = DEPTH + DEPTH_DECODE / 2;
-    console.log(`   decode at depth ${DEPTH} (${(bytesPerToken(facts, dd) / 1e6).toFixed(1)} MB/token): mashbox ${f1(a)} tok/s (${pct(bwFrac(a, dd))}) | llama-server ${f1(b)} (${pct(bwFrac(b, dd))}; its prefill ${f1(m(rec.ll.serverPrefill))} tok/s) | ${vs(a, b)}`);
+    const a = m(rec.mb.depth), b = m(rec.ll.depth), dd = rec.depth + DEPTH_DECODE / 2;
+    console.log(`   decode at depth ${rec.depth} (${(bytesPerToken(facts, dd) / 1e6).toFixed(1)} MB/token): mashbox ${f1(a)} tok/s (${pct(bwFrac(a, dd))}) | llama-server ${f1(b)} (${pct(bwFrac(b, dd))}; its prefill ${f1(m(rec.ll.serverPrefill))} tok/s) | ${vs(a, b)}`);
   }
   if (STREAMS > 1) {
     const a = m(rec.mb.streams), b = m(rec.ll.streams);
@@ -506,12 +535,19 @@ async function benchArchs(bin) {
     }
     // random weights stop nowhere in particular: the count is printed, not required
     const a = SKIP_MASHBOX ? null : await mashboxAddon(file, { sizes: [512], decode: 128, depthDecode: 0 });
-    const b = SKIP_LLAMA ? null : llamaBench(bin, file, [512], 128);
+    const b = SKIP_LLAMA ? null : await llamaBench(bin, file, [512], 128);
     console.log(`  ${arch.padEnd(8)} prefill mashbox ${f1(a?.prefill[512])} | llama-bench ${f1(b?.prefill[512])} tok/s (${f2(a?.prefill[512] / b?.prefill[512])}x)` +
       `  || decode mashbox ${f1(a?.decode.rate)} (${a?.decode.tokens ?? "-"} tokens) | llama-bench tg128 ${f1(b?.tg)} tok/s (${f2(a?.decode.rate / b?.tg)}x)`);
   }
 }
 
+let interrupted = null;
+for (const sig of ["SIGINT", "SIGTERM"])
+  process.once(sig, () => {
+    for (const c of live) c.kill("SIGKILL");
+    interrupted?.();
+    process.exit(130);
+  });
 const bin = SKIP_LLAMA ? null : peerBin();
 if (!SKIP_LLAMA && !bin) {
   console.error("llama.cpp's binaries are not built for this node-llama-cpp and CPU: run `npm run build:peer` (about 15 min on 2 cores), or --skip-llama");
