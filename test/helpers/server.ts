@@ -13,7 +13,11 @@ import { scriptingEngine, serveScripts } from "./script.js";
 
 export { scriptHeader } from "./script.js";
 
-/** Fixture models in order of preference; the dev model last so a fresh checkout still runs. */
+/**
+ * Fixture models in order of preference; then SmolLM2-135M (MB_MODEL), the fastest real model, so
+ * a fresh checkout still runs. Not the product's default (Qwen2.5-Coder-0.5B): these tests need a
+ * model, not that one.
+ */
 export const MODEL_CANDIDATES = [
   "test/fixtures/llama-q8_0.gguf",
   "test/fixtures/llama-q4_0.gguf",

@@ -13,7 +13,10 @@ const ROOT = process.cwd();
 const TOOL = process.env.MB_TOKENIZE ?? path.join(ROOT, "native/build/tokenizer/mb_tokenize");
 const LLAMA_CPP = path.join(ROOT, ".cache/llama.cpp");
 const VOCAB_DIR = path.join(LLAMA_CPP, "models");
-const DEFAULT_MODEL = process.env.MB_MODEL ?? process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const DEFAULT_MODEL = process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const MODELS_DIR = process.env.MASHBOX_HOME ? path.join(process.env.MASHBOX_HOME, "models") : `${process.env.HOME}/.cache/mashbox/models`;
+const QWEN05 = process.env.MB_QWEN05_MODEL ?? path.join(MODELS_DIR, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+const QWEN15 = process.env.MB_QWEN15_MODEL ?? path.join(MODELS_DIR, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
 
 // The vocab GGUFs ship in llama.cpp's source, which node-llama-cpp carries as a git bundle.
 function ensureVocabs(): void {
@@ -112,7 +115,11 @@ interface Vocab {
 }
 
 const VOCABS: Vocab[] = [
-  { name: "smollm (default model)", file: DEFAULT_MODEL, vectors: false, corpus: true, cleanSpaces: false, spaceprefix: false },
+  { name: "smollm (SmolLM2-135M, MB_MODEL)", file: DEFAULT_MODEL, vectors: false, corpus: true, cleanSpaces: false, spaceprefix: false },
+  // The real Qwen2.5-Coder files (the default model and the 1.5B): their vocabulary adds the
+  // tool-calling and FIM control tokens to llama.cpp's qwen2 test vocab.
+  { name: "qwen2.5-coder-0.5b (default model)", file: QWEN05, vectors: false, corpus: true, cleanSpaces: false, spaceprefix: false },
+  { name: "qwen2.5-coder-1.5b", file: QWEN15, vectors: false, corpus: true, cleanSpaces: false, spaceprefix: false },
   { name: "qwen2", file: path.join(VOCAB_DIR, "ggml-vocab-qwen2.gguf"), vectors: true, corpus: true, cleanSpaces: false, spaceprefix: false },
   { name: "llama-bpe", file: path.join(VOCAB_DIR, "ggml-vocab-llama-bpe.gguf"), vectors: true, corpus: true, cleanSpaces: true, spaceprefix: false },
   { name: "llama-spm", file: path.join(VOCAB_DIR, "ggml-vocab-llama-spm.gguf"), vectors: true, corpus: true, cleanSpaces: false, spaceprefix: true },

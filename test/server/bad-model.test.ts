@@ -9,11 +9,17 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { createEngine } from "../../src/engine/engine.js";
 import { readHeader } from "../helpers/gguf-header.js";
 
 const FIXTURE = "test/fixtures/phi3-q4_k.gguf";
 const GGML_Q8_1 = 9; // a type no weight may have (activations only)
+// A well-formed file with Q3_K weights (scripts/make_fixtures.py): llama.cpp runs it; every mashbox
+// kernel set (ref, avx2, avx512vnni: kernels/dispatch.cpp) has a dot product for F32, F16, BF16,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and MXFP4 only.
+const NO_KERNELS = "test/fixtures/no-kernels/llama-q3_k.gguf";
+const WEIGHT_TYPES = "one of F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4";
 
 interface BadFile {
   what: string;
@@ -68,9 +74,10 @@ function badFiles(): BadFile[] {
   ];
 }
 
-function runCli(model: string): Promise<{ code: number | null; stderr: string }> {
+function runCli(model: string, env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stderr: string }> {
   const child = spawn(process.execPath, ["bin/mashbox.js", "run", model, "--port", "0", "--threads", "1", "--slots", "1", "--ctx", "256"], {
     stdio: ["ignore", "ignore", "pipe"],
+    env,
   });
   let stderr = "";
   child.stderr!.setEncoding("utf8");
@@ -127,4 +134,37 @@ describe("a model the engine cannot run is refused at start-up, naming what was 
       }
     });
   }
+
+  it("a GGUF llama.cpp runs, with Q3_K weights no kernel set multiplies: refused under every set, naming the tensor and its type", async function () {
+    if (!existsSync(NO_KERNELS)) throw new Error(`${NO_KERNELS} missing (npm run fixtures)`);
+    // a valid file: llama.cpp loads it and evaluates a token
+    const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+    try {
+      const model = await llama.loadModel({ modelPath: NO_KERNELS });
+      const ctx = await model.createContext({ contextSize: 64, threads: 1 });
+      await ctx.getSequence().evaluateWithoutGeneratingNewTokens(model.tokenize("Hello"));
+      await ctx.dispose();
+      await model.dispose();
+    } finally {
+      await llama.dispose();
+    }
+    const message = new RegExp(`tensor 'blk\\.0\\.attn_q\\.weight' has type Q3_K; expected ${WEIGHT_TYPES}`);
+    for (const kernels of ["ref", "avx2", ""]) {
+      const env = { ...process.env };
+      if (kernels) env.MB_KERNELS = kernels;
+      else delete env.MB_KERNELS;
+      const run = await runCli(NO_KERNELS, env);
+      expect(run.code, `${kernels || "best"}: ${run.stderr}`).to.equal(1);
+      expect(run.stderr, kernels || "best").to.match(/architecture 'llama'/).and.match(message);
+    }
+    const engine = createEngine({ model_path: NO_KERNELS, model_id: "q3_k", n_ctx: 64, n_slots: 1, n_threads: 1 });
+    let err: unknown;
+    await engine.ready().catch((e) => (err = e));
+    try {
+      expect(engine.state).to.equal("failed");
+      expect(String(err)).to.match(message);
+    } finally {
+      await engine.close();
+    }
+  });
 });

