@@ -29,7 +29,7 @@
 // --max-prompt-tokens trims each agent's tools (from the end) and then its longest system text
 // until its first request is about that many tokens (4 characters a token), to keep a run on a
 // small machine short; the measured prompt sizes are printed. mashbox runs from src/ through tsx
-// (MASHBOX_NATIVE_ADDON picks the addon); llama-server is built by build-llama-peer.sh. The servers
+// (MASHBOX_NATIVE_ADDON picks the addon); llama-server is the one `npm run build:peer` built. The servers
 // run one after the other, never together, and `uptime`'s load is printed around each.
 // The two servers render prompts with their own templates: llama-server's rendering of SmolLM2's
 // template leaves the tools out, so its prompts are about half as long as mashbox's (compare the
@@ -41,10 +41,17 @@ import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { createHash } from "node:crypto";
 import { Ajv2020 } from "ajv/dist/2020.js";
+import { peerBin } from "../scripts/build-llama-peer.mjs";
 import { fileURLToPath } from "node:url";
 import { dirname, resolve } from "node:path";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
+/** llama-server as `npm run build:peer` built it for this node-llama-cpp and CPU, if it has. */
+function llamaServerBin() {
+  const dir = peerBin();
+  return dir ? resolve(dir, "llama-server") : undefined;
+}
 
 /** The registry's default model in the model cache (`mashbox pull` puts it there). */
 function defaultModelPath() {
@@ -66,7 +73,7 @@ const { values: o } = parseArgs({
     start: { type: "string", default: "staggered" },
     servers: { type: "string", default: "mashbox,llama" },
     model: { type: "string", default: process.env.MB_BENCH_MODEL ?? defaultModelPath() },
-    "llama-server": { type: "string", default: process.env.LLAMA_SERVER },
+    "llama-server": { type: "string", default: process.env.LLAMA_SERVER ?? llamaServerBin() },
     "mashbox-url": { type: "string" },
     "llama-url": { type: "string" },
     json: { type: "string" },
@@ -446,7 +453,7 @@ function startServer(name, port) {
     );
   } else {
     const bin = o["llama-server"];
-    if (!bin || !existsSync(bin)) throw new Error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (build it with build-llama-peer.sh)");
+    if (!bin || !existsSync(bin)) throw new Error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (npm run build:peer builds it)");
     child = spawn(
       bin,
       ["-m", o.model, "--host", "127.0.0.1", "--port", String(port), "--override-kv", `llama.context_length=int:${CTX}`, "-c", String(CTX * SLOTS), "-np", String(SLOTS),
@@ -523,7 +530,7 @@ async function main() {
       `max ${MAX_TOKENS} generated tokens a turn${MAX_PROMPT ? `, first prompts trimmed to ~${MAX_PROMPT} tokens` : ""}; model ${o.model}`,
   );
   if (SERVERS.includes("llama") && !o["llama-url"] && !(o["llama-server"] && existsSync(o["llama-server"])))
-    throw new Error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (build-llama-peer.sh builds it), --llama-url URL, or --servers mashbox");
+    throw new Error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (npm run build:peer builds it), --llama-url URL, or --servers mashbox");
   const report = { config: { ...o }, servers: {} };
   let port = 18900 + (process.pid % 500);
   for (const name of SERVERS) {

@@ -16,7 +16,7 @@
 //   - the memory read bandwidth measured in each round (bench/membw.c, --threads threads), and
 //     each decode's bytes per token (weights read per token + K/V at its depth) x tok/s as a
 //     fraction of it;
-//   - each ratio beside the targets (issue: real models and an honest benchmark).
+//   - each ratio beside its target.
 // node-llama-cpp is the correctness oracle only; it only reads the GGUF's tensor table here.
 //
 //   --models a,b      registry ids or .gguf paths (default smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b)
@@ -455,7 +455,7 @@ async function llamaRound(bin, model, round, rec) {
   }
 }
 
-// Targets, same run against llama.cpp (issue: real models and an honest benchmark)
+// Targets, same run against llama.cpp: prefill, decode (also against the bandwidth wall) and N streams.
 const TARGETS = {
   "qwen2.5-coder-0.5b": { prefill: () => 3, decodeBench: 1.0, bw: 0.9, streams: 3 },
   "qwen2.5-coder-1.5b": { prefill: (n) => (n <= 512 ? 3 : null), decodeBench: 1.0, bw: 0.9 },

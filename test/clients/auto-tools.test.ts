@@ -45,7 +45,7 @@ const FORMS: [string, string, string, string | null][] = [
   // What Qwen2.5-Coder-0.5B writes: pretty-printed in a fence. The grammar's layout takes over
   // after the name, so the arguments are the random model's, valid for the schema.
   ["pretty-printed fence", '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris",\n    "unit": "celsius"\n  }\n}\n```', "", null],
-  // The issue's own example: a tool that was never declared, steered to one that was.
+  // What the 0.5B wrote for Claude Code: a tool that was never declared, steered to one that was.
   ["undeclared tool", '{"name": "say", "arguments": {"message": "hi"}}', "", null],
 ];
 
