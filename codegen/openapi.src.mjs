@@ -1147,6 +1147,8 @@ const OVERLOADED =
   "overloaded_error: the model is still loading, or its worker is starting again after a fault, or the server's queue is full (256 waiting in all). Retry after the Retry-After header's seconds (x-should-retry: true while not ready).";
 
 const responses = {
+  // Any route, bodies or not: a request that is malformed before it reaches its operation.
+  MalformedRequest: { description: "Bad request: two Host headers, or a request target that is neither a path nor an http(s) URL.", content: json(ref("OpenAIError"), openaiError("invalid_request", "invalid_request_error", "The request has more than one Host header.")) },
   BadRequest: { description: "Bad request: invalid JSON, a field out of bounds, or a field that is not supported (named in the message and in error.param).", content: json(ref("OpenAIError"), openaiError("unsupported_field", "invalid_request_error", "logprobs is not supported: log probabilities", "logprobs")) },
   Unauthorized: { description: "An API key is configured and the request has none or a wrong one (Authorization: Bearer <key> or x-api-key: <key>).", content: json(ref("OpenAIError"), openaiError("unauthorized", "authentication_error", "Missing or invalid API key.")) },
   Forbidden: { description: "A request from a web page of another origin, or naming the server by a host name it does not answer to.", content: json(ref("OpenAIError"), openaiError("forbidden_origin", "permission_error", "Requests from another origin are not allowed.")) },
@@ -1238,6 +1240,17 @@ const openaiGenerationResponses = (okContent) => ({
   500: resp("ServerError"),
   503: resp("Loading"),
 });
+
+/** Every operation that documents no 400 of its own answers a malformed request with one. */
+function withMalformed(paths) {
+  for (const item of Object.values(paths))
+    for (const [method, op] of Object.entries(item)) {
+      if (op.responses[400]) continue;
+      op.responses[400] = method === "head" ? { description: "A malformed request: two Host headers, or a request target that is neither a path nor an http(s) URL." } : resp("MalformedRequest");
+      op.responses = Object.fromEntries(Object.entries(op.responses).sort(([a], [b]) => a.localeCompare(b)));
+    }
+  return paths;
+}
 
 const requestBody = (schema, examples) => ({
   required: true,
@@ -1533,7 +1546,7 @@ export function buildOpenapi() {
       { name: "messages", description: "Anthropic Messages and token counting." },
       { name: "operations", description: "Metrics and this description." },
     ],
-    paths,
+    paths: withMalformed(paths),
     components: {
       securitySchemes: {
         bearer: { type: "http", scheme: "bearer", description: "Authorization: Bearer <key>." },

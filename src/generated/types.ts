@@ -1634,6 +1634,15 @@ export interface components {
                 "application/json": components["schemas"]["OpenAIError"];
             };
         };
+        /** @description Bad request: two Host headers, or a request target that is neither a path nor an http(s) URL. */
+        MalformedRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["OpenAIError"];
+            };
+        };
         /** @description The path exists but does not answer this method; every path of this document answers 405 to the methods it does not list. */
         MethodNotAllowed: {
             headers: {
@@ -1733,6 +1742,7 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
             /** @description The model is still loading. */
@@ -1764,6 +1774,7 @@ export interface operations {
                     "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
             /** @description The model is still loading. */
@@ -1795,6 +1806,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
@@ -1823,6 +1835,7 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
@@ -1930,6 +1943,7 @@ export interface operations {
                     "application/json": components["schemas"]["MashboxHealth"];
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
@@ -1955,6 +1969,13 @@ export interface operations {
         responses: {
             /** @description Ready. */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A malformed request: two Host headers, or a request target that is neither a path nor an http(s) URL. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2080,6 +2101,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAIModelList"];
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             405: components["responses"]["MethodNotAllowed"];
@@ -2109,6 +2131,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAIModel"];
                 };
             };
+            400: components["responses"]["MalformedRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             /** @description Another model id. */

@@ -231,7 +231,7 @@ describe("probes: bad input never hurts anyone else", function () {
     sock.destroy();
   });
 
-  it("method abuse: 405 with Allow on known paths, 404 elsewhere, 400 for garbage", async () => {
+  it("method abuse: 405 with Allow on known paths, 404 elsewhere, 405 for a method HTTP does not know", async () => {
     for (const m of ["PUT", "DELETE", "PATCH", "GET"]) {
       const r = expectError(await get(port, "/v1/chat/completions", {}, m), 405, "openai", `${m} /v1/chat/completions`);
       expect(r).to.be.an("object");
@@ -241,7 +241,7 @@ describe("probes: bad input never hurts anyone else", function () {
     expect(r.headers.allow).to.include("POST");
     expectError(await get(port, "/v1/health", {}, "POST"), [405, 415], "openai", "POST /v1/health");
     expectError(await get(port, "/v1/nothing"), 404, "openai", "unknown path");
-    expect((await raw(port, `FOO / HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`)).status).to.equal(400);
+    expect((await raw(port, `FOO / HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`)).status).to.equal(405);
   });
 
   it("aborted requests (mid-body, right after the headers, mid-stream) free every slot", async () => {
