@@ -80,6 +80,13 @@ export function guardedListener(app: RequestListener): RequestListener {
       refuse(req.socket, new ApiError("http_version_not_supported"), targetOf(Buffer.from(`${req.method} ${req.url} `)));
       return;
     }
+    // Decided as the headers go out, so the answer itself says Connection: close: a client that
+    // reused the socket would otherwise send its next request into one being shut.
+    const writeHead = res.writeHead;
+    res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
+      if (!req.complete) res.shouldKeepAlive = false;
+      return writeHead.apply(this, args);
+    } as ServerResponse["writeHead"];
     res.once("finish", () => {
       if (req.complete) return;
       // Answered before its body was read: no keep-alive on a connection still carrying it.
