@@ -659,15 +659,23 @@ export function autoTools(chat: Pick<ChatPrompt, "tools" | "tool_choice">): Tool
 }
 
 /**
+ * The most calls one answer under tool_choice auto may hold. A small model that has opened a call
+ * can fall into writing calls without end (Qwen2.5-Coder-0.5B under Claude Code's tools wrote the
+ * same two TaskOutput calls over and over until its 32k context was full, 13.8k tokens); agents'
+ * real parallel calls are a handful (read a few files at once).
+ */
+export const MAX_AUTO_CALLS = 8;
+
+/**
  * The call grammar of tool_choice auto: its sentences start where the output opens a call in one
  * of the family's forms (./tool-forms.ts) and are calls to one of `tools` with schema-valid
- * arguments, several in a row in the same form (one when opts.parallel is false), then end of
+ * arguments, up to MAX_AUTO_CALLS in a row in the same form (one when opts.parallel is false), then end of
  * generation. Whitespace between the
  * opening's pieces as OPENING_GAP allows (the model already wrote it); after the name, the fixed
  * layout of the forced grammar.
  */
 export function lazyToolCallGrammar(tools: ToolSpec[], family: ToolFamily, opts: { parallel?: boolean } = {}): string {
-  const more = (x: string) => (opts.parallel === false ? "" : ` ( ${x} )*`);
+  const more = (x: string) => (opts.parallel === false ? "" : ` ( ${x} ){0,${MAX_AUTO_CALLS - 1}}`);
   if (tools.length === 0) throw new Error("lazyToolCallGrammar: no tools");
   // gpt-oss writes its arguments as compact JSON; a grammar that asked for spaces would take
   // every call it opens away from it at the first separator.

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { OutputParser } from "../../src/chat/parser.js";
-import { autoTools, forcedTools, gbnfLiteral, lazyToolCallGrammar, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
+import { autoTools, forcedTools, gbnfLiteral, lazyToolCallGrammar, MAX_AUTO_CALLS, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
 import { CALL_OPENINGS } from "../../src/chat/tool-forms.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
 import { capturedRequests } from "../clients/captured.js";
@@ -327,6 +327,11 @@ describe("tool grammar: tool_choice auto (lazy call grammar)", () => {
     // Each opening (as the native scan matches it) is a valid start of the grammar.
     const openings = CALL_OPENINGS.hermes.map((o) => o.pieces.join(o.form === "fence" ? "\n" : ""));
     expect(check(g, openings)).to.deep.equal(openings.map(() => "p"));
+    // A model that keeps writing calls is stopped at MAX_AUTO_CALLS, in every form.
+    const calls = (n: number, wrap: (o: string) => string) => Array.from({ length: n }, () => wrap(obj)).join("\n");
+    const tag = (o: string) => `<tool_call>\n${o}\n</tool_call>`;
+    expect(check(g, [calls(MAX_AUTO_CALLS, tag), calls(MAX_AUTO_CALLS + 1, tag), calls(MAX_AUTO_CALLS, (o) => o), calls(MAX_AUTO_CALLS + 1, (o) => o), "```json\n" + calls(MAX_AUTO_CALLS + 1, (o) => o) + "\n```"]))
+      .to.deep.equal(["1", "0", "1", "0", "0"]);
     const one = lazyToolCallGrammar([weather], "hermes", { parallel: false });
     expect(check(one, [obj, `${obj}\n${obj}`, `<tool_call>${obj}</tool_call><tool_call>${obj}</tool_call>`])).to.deep.equal(["1", "0", "0"]);
   });
