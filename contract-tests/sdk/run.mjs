@@ -272,9 +272,9 @@ function buildJava(dir, g) {
   const program = readFileSync(template, "utf8")
     .replaceAll("__PKG__", pkg)
     .replaceAll("__LABEL__", `openapi-generator-${g}`)
-    .replace("__DECODE__", decode)
-    .replace("__ENCODE__", encode)
-    .replace("__BASE__", base);
+    .replaceAll("__DECODE__", decode)
+    .replaceAll("__ENCODE__", encode)
+    .replaceAll("__BASE__", base);
   writeFileSync(join(checkDir, "Check.java"), program);
   return mavenBuild(dir, `openapi-generator ${g}`, project, [template, fileURLToPath(import.meta.url)], `${pkg}.check.Check`);
 }
