@@ -69,7 +69,7 @@ const SAMPLING_FIELDS = {
   }),
   stop: {
     description: `A string or a list of non-empty strings; the text ends before the first one. At most ${MAX_STOP_STRINGS} strings of at most ${MAX_STOP_LENGTH} characters.`,
-    oneOf: [STOP_STRING, STOP_LIST, { type: "null" }],
+    oneOf: [STOP_STRING, ref("MashboxStopList"), { type: "null" }],
   },
   stop_sequences: nullable({ ...STOP_LIST, description: "Same as stop (Anthropic's name), used when stop is absent." }),
   repetition_penalty: nullable({ type: "number", exclusiveMinimum: 0, default: 1, description: "> 0; 1 = off." }),
@@ -103,41 +103,40 @@ const MERGE = nullable({
 });
 const STORE = nullable({ type: "boolean", description: "Accepted and ignored." });
 
+// Inline, not a component: the Kotlin wrappers validate a branch by a method enum classes lack,
+// and Go names top-level enum constants by value alone (AUTO twice for two such enums).
+const TOOL_CHOICE_MODE = { type: "string", enum: ["auto", "none", "required"] };
+const TOOL_CHOICE_FUNCTION = { type: "object", required: ["name"], properties: { name: { type: "string" } } };
+const CHAT_NAMED_TOOL_CHOICE = {
+  type: "object",
+  required: ["type", "function"],
+  properties: {
+    type: { type: "string", const: "function" },
+    function: ref("ChatToolChoiceFunction"),
+  },
+};
 const CHAT_TOOL_CHOICE = {
   description: "auto (default), none, required, or {\"type\": \"function\", \"function\": {\"name\": ...}}.",
-  oneOf: [
-    { type: "string", enum: ["auto", "none", "required"] },
-    {
-      type: "object",
-      required: ["type", "function"],
-      properties: {
-        type: { type: "string", const: "function" },
-        function: { type: "object", required: ["name"], properties: { name: { type: "string" } } },
-      },
-    },
-    { type: "null" },
-  ],
+  oneOf: [TOOL_CHOICE_MODE, ref("ChatNamedToolChoice"), { type: "null" }],
 };
 
+const RESPONSES_NAMED_TOOL_CHOICE = {
+  type: "object",
+  description: "A function or custom tool, by name (or, as Chat Completions writes it, by function.name).",
+  required: ["type"],
+  properties: {
+    type: { type: "string", enum: ["function", "custom"] },
+    name: { type: "string" },
+    function: ref("ChatToolChoiceFunction"),
+  },
+  // The rule of an anyOf of the two required lists; if/else so that generators keep the
+  // object's own properties instead of writing a type for the anyOf.
+  if: { required: ["name"], properties: { name: { type: "string" } } },
+  else: { required: ["function"], properties: { function: { type: "object" } } },
+};
 const RESPONSES_TOOL_CHOICE = {
   description: "auto (default), none, required, or a function / custom tool: {\"type\": \"function\", \"name\": ...}.",
-  oneOf: [
-    { type: "string", enum: ["auto", "none", "required"] },
-    {
-      type: "object",
-      required: ["type"],
-      properties: {
-        type: { type: "string", enum: ["function", "custom"] },
-        name: { type: "string" },
-        function: { type: "object", required: ["name"], properties: { name: { type: "string" } } },
-      },
-      anyOf: [
-        { required: ["name"], properties: { name: { type: "string" } } },
-        { required: ["function"], properties: { function: { type: "object" } } },
-      ],
-    },
-    { type: "null" },
-  ],
+  oneOf: [TOOL_CHOICE_MODE, ref("ResponsesNamedToolChoice"), { type: "null" }],
 };
 
 const ANTHROPIC_TOOL_CHOICE = {
@@ -185,6 +184,9 @@ const textOnlyPart = (types, media, reason, description) => ({
   required: ["type"],
   properties: { type: partType(types, media, reason), text: { type: "string" } },
 });
+// A text part's then names `type` too: redocly checks examples with unevaluated properties
+// refused, and once the part is a referenced component a then naming only `text` refuses `type`.
+const TEXT_REQUIRED = { required: ["text"], properties: { type: { type: "string" }, text: { type: "string" } } };
 /** Tool names are strings a forced call can write (a tool without one cannot be called). */
 const TOOL_NAME = { type: "string", minLength: 1 };
 const TOOL_DESCRIPTION = { type: ["string", "null"] };
@@ -290,7 +292,7 @@ schemas.OpenAIModel = {
     id: { type: "string", description: "Model id, as in models.json.", examples: [MODEL_ID_PLACEHOLDER] },
     object: { type: "string", const: "model" },
     owned_by: { type: "string", const: "mashbox-labs" },
-    created: { type: "integer", const: 0, description: "Always 0." },
+    created: { type: "integer", minimum: 0, maximum: 0, description: "Always 0." },
     max_model_len: { type: "integer", minimum: 1, description: "Context length the server runs (--ctx)." },
     weights: { type: "string", description: "Weights file loaded." },
     gb: { type: "number", minimum: 0, description: "Weights in device memory, GB." },
@@ -305,6 +307,9 @@ schemas.OpenAIModelList = {
   required: ["object", "data"],
   properties: { object: { type: "string", const: "list" }, data: { type: "array", items: ref("OpenAIModel") } },
 };
+
+// --- request unions: every branch is a named component, so generated types keep their names
+schemas.MashboxStopList = { ...STOP_LIST, description: "Stop strings." };
 
 // --- chat completions
 const CHAT_TOOL_CALL = {
@@ -323,17 +328,7 @@ schemas.ChatMessage = {
     role: { type: "string", enum: ["system", "developer", "user", "assistant", "tool"], description: "system and developer join the system prompt." },
     content: {
       description: "Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
-      oneOf: [
-        { type: "string" },
-        {
-          type: "array",
-          items: {
-            ...textOnlyPart(CHAT_PART_TYPES, CHAT_MEDIA_PARTS, MEDIA_REFUSED, "A text part; image_url, input_audio and file parts are refused."),
-            ...byType([[CHAT_PART_TYPES, { required: ["text"], properties: { text: { type: "string" } } }]]),
-          },
-        },
-        { type: "null" },
-      ],
+      oneOf: [{ type: "string" }, ref("ChatContentPartList"), { type: "null" }],
     },
     tool_calls: nullable({
       type: "array",
@@ -347,6 +342,13 @@ schemas.ChatMessage = {
   if: { required: ["role"], properties: { role: { const: "tool" } } },
   then: { required: ["tool_call_id"], properties: { tool_call_id: { type: "string" } } },
 };
+schemas.ChatContentPart = {
+  ...textOnlyPart(CHAT_PART_TYPES, CHAT_MEDIA_PARTS, MEDIA_REFUSED, "A text part; image_url, input_audio and file parts are refused."),
+  ...byType([[CHAT_PART_TYPES, TEXT_REQUIRED]]),
+};
+schemas.ChatContentPartList = { type: "array", description: "Text parts.", items: ref("ChatContentPart") };
+schemas.ChatToolChoiceFunction = TOOL_CHOICE_FUNCTION;
+schemas.ChatNamedToolChoice = CHAT_NAMED_TOOL_CHOICE;
 schemas.ChatTool = {
   type: "object",
   description: "A function tool: its name, description and parameters (JSON Schema).",
@@ -525,7 +527,7 @@ schemas.AnthropicUsage = {
   properties: {
     input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens not served from the prefix cache." },
     cache_read_input_tokens: { type: "integer", minimum: 0, description: "Prompt tokens served from the prefix cache." },
-    cache_creation_input_tokens: { type: "integer", const: 0, description: "Always 0." },
+    cache_creation_input_tokens: { type: "integer", minimum: 0, maximum: 0, description: "Always 0." },
     output_tokens: { type: "integer", minimum: 0, description: "New tokens." },
   },
 };
@@ -556,14 +558,6 @@ schemas.AnthropicToolUseBlock = {
 schemas.AnthropicContentBlock = {
   description: "text, thinking or tool_use.",
   oneOf: [ref("AnthropicTextBlock"), ref("AnthropicThinkingBlock"), ref("AnthropicToolUseBlock")],
-  discriminator: {
-    propertyName: "type",
-    mapping: {
-      text: "#/components/schemas/AnthropicTextBlock",
-      thinking: "#/components/schemas/AnthropicThinkingBlock",
-      tool_use: "#/components/schemas/AnthropicToolUseBlock",
-    },
-  },
 };
 schemas.AnthropicMessage = {
   type: "object",
@@ -591,6 +585,15 @@ const anthropicEvent = (type, required, properties, description) => ({
   required: ["type", ...required],
   properties: { type: { type: "string", const: type }, ...properties },
 });
+const anthropicDelta = (type, field) => ({ type: "object", required: ["type", field], properties: { type: { type: "string", const: type }, [field]: { type: "string" } } });
+schemas.AnthropicTextDelta = anthropicDelta("text_delta", "text");
+schemas.AnthropicThinkingDelta = anthropicDelta("thinking_delta", "thinking");
+schemas.AnthropicSignatureDelta = anthropicDelta("signature_delta", "signature");
+schemas.AnthropicInputJsonDelta = anthropicDelta("input_json_delta", "partial_json");
+schemas.AnthropicContentBlockDelta = {
+  description: "text_delta, thinking_delta, signature_delta or input_json_delta.",
+  oneOf: [ref("AnthropicTextDelta"), ref("AnthropicThinkingDelta"), ref("AnthropicSignatureDelta"), ref("AnthropicInputJsonDelta")],
+};
 const MESSAGE_EVENTS = {
   AnthropicMessageStartEvent: anthropicEvent("message_start", ["message"], { message: ref("AnthropicMessage") }),
   AnthropicPingEvent: anthropicEvent("ping", [], {}),
@@ -600,14 +603,7 @@ const MESSAGE_EVENTS = {
   }),
   AnthropicContentBlockDeltaEvent: anthropicEvent("content_block_delta", ["index", "delta"], {
     index: { type: "integer", minimum: 0 },
-    delta: {
-      oneOf: [
-        { type: "object", required: ["type", "text"], properties: { type: { type: "string", const: "text_delta" }, text: { type: "string" } } },
-        { type: "object", required: ["type", "thinking"], properties: { type: { type: "string", const: "thinking_delta" }, thinking: { type: "string" } } },
-        { type: "object", required: ["type", "signature"], properties: { type: { type: "string", const: "signature_delta" }, signature: { type: "string" } } },
-        { type: "object", required: ["type", "partial_json"], properties: { type: { type: "string", const: "input_json_delta" }, partial_json: { type: "string" } } },
-      ],
-    },
+    delta: ref("AnthropicContentBlockDelta"),
   }),
   AnthropicContentBlockStopEvent: anthropicEvent("content_block_stop", ["index"], { index: { type: "integer", minimum: 0 } }),
   AnthropicMessageDeltaEvent: anthropicEvent("message_delta", ["delta", "usage"], {
@@ -641,7 +637,6 @@ schemas.AnthropicStreamEvent = {
   description:
     "One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name.",
   oneOf: Object.values(MESSAGE_EVENT_TYPES).map(ref),
-  discriminator: { propertyName: "type", mapping: Object.fromEntries(Object.entries(MESSAGE_EVENT_TYPES).map(([k, v]) => [k, `#/components/schemas/${v}`])) },
 };
 
 // --- responses
@@ -658,10 +653,6 @@ schemas.ResponsesReasoningTextPart = {
 };
 schemas.ResponsesContentPart = {
   oneOf: [ref("ResponsesOutputTextPart"), ref("ResponsesReasoningTextPart")],
-  discriminator: {
-    propertyName: "type",
-    mapping: { output_text: "#/components/schemas/ResponsesOutputTextPart", reasoning_text: "#/components/schemas/ResponsesReasoningTextPart" },
-  },
 };
 schemas.ResponsesMessageItem = {
   type: "object",
@@ -713,15 +704,6 @@ schemas.ResponsesCustomToolCallItem = {
 schemas.ResponsesOutputItem = {
   description: "message, reasoning, function_call or custom_tool_call.",
   oneOf: [ref("ResponsesMessageItem"), ref("ResponsesReasoningItem"), ref("ResponsesFunctionCallItem"), ref("ResponsesCustomToolCallItem")],
-  discriminator: {
-    propertyName: "type",
-    mapping: {
-      message: "#/components/schemas/ResponsesMessageItem",
-      reasoning: "#/components/schemas/ResponsesReasoningItem",
-      function_call: "#/components/schemas/ResponsesFunctionCallItem",
-      custom_tool_call: "#/components/schemas/ResponsesCustomToolCallItem",
-    },
-  },
 };
 schemas.ResponsesUsage = {
   type: "object",
@@ -749,7 +731,7 @@ schemas.ResponsesResponse = {
     model: { type: "string", description: "The model field of the request, else the model id." },
     output: { type: "array", items: ref("ResponsesOutputItem") },
     parallel_tool_calls: { type: "boolean" },
-    tool_choice: { oneOf: [{ type: "string" }, { type: "object" }] },
+    tool_choice: { description: "The request's tool_choice (auto when it had none).", oneOf: [TOOL_CHOICE_MODE, ref("ResponsesNamedToolChoice")] },
     tools: { type: "array", items: { type: "object" } },
     usage: { oneOf: [ref("ResponsesUsage"), { type: "null" }], description: "null while in progress." },
     incomplete_details: {
@@ -805,7 +787,6 @@ schemas.ResponsesStreamEvent = {
   description:
     "One event: + data: pair; type is the same as the SSE event name. An error after the stream started is sent as event error, then response.failed (the response with status failed and its error).",
   oneOf: RESPONSE_EVENTS.map(([, name]) => ref(name)),
-  discriminator: { propertyName: "type", mapping: Object.fromEntries(RESPONSE_EVENTS.map(([type, name]) => [type, `#/components/schemas/${name}`])) },
 };
 
 // --- request bodies
@@ -837,6 +818,7 @@ schemas.ChatCompletionRequest = {
     ...SAMPLING_FIELDS,
   },
 };
+schemas.TextCompletionPromptList = { type: "array", description: "One non-empty string.", minItems: 1, maxItems: 1, items: { type: "string", minLength: 1 } };
 schemas.TextCompletionRequest = {
   type: "object",
   required: ["prompt"],
@@ -844,7 +826,7 @@ schemas.TextCompletionRequest = {
     model: COMMON_FIELDS.model,
     prompt: {
       description: "The text to continue (a string, or a list of one string); not empty.",
-      oneOf: [{ type: "string", minLength: 1 }, { type: "array", minItems: 1, maxItems: 1, items: { type: "string", minLength: 1 } }],
+      oneOf: [{ type: "string", minLength: 1 }, ref("TextCompletionPromptList")],
     },
     stream: COMMON_FIELDS.stream,
     merge: MERGE,
@@ -868,15 +850,16 @@ schemas.AnthropicInputMessage = {
     role: { type: "string", enum: ["user", "assistant", "system"] },
     content: {
       description: "Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model).",
-      oneOf: [{ type: "string" }, { type: "array", items: ref("AnthropicInputBlock") }],
+      oneOf: [{ type: "string" }, ref("AnthropicInputBlockList")],
     },
   },
 };
 // tool_result content: text, or text blocks (media refused as elsewhere).
-const ANTHROPIC_TEXT_BLOCKS = {
-  type: "array",
-  items: { ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."), ...byType([["text", { required: ["text"], properties: { text: { type: "string" } } }]]) },
+schemas.AnthropicInputTextBlock = {
+  ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."),
+  ...byType([["text", TEXT_REQUIRED]]),
 };
+schemas.AnthropicInputTextBlockList = { type: "array", description: "Text blocks.", items: ref("AnthropicInputTextBlock") };
 schemas.AnthropicInputBlock = {
   ...textOnlyPart(ANTHROPIC_BLOCK_TYPES, ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A content block; image and document blocks are refused."),
   ...byType([
@@ -889,23 +872,18 @@ schemas.AnthropicInputBlock = {
         required: ["tool_use_id"],
         properties: {
           tool_use_id: { type: "string" },
-          content: { description: "Text, or text blocks.", oneOf: [{ type: "string" }, ANTHROPIC_TEXT_BLOCKS] },
+          content: { description: "Text, or text blocks.", oneOf: [{ type: "string" }, ref("AnthropicInputTextBlockList")] },
           is_error: { type: "boolean" },
         },
       },
     ],
   ]),
 };
+schemas.AnthropicInputBlockList = { type: "array", description: "Content blocks.", items: ref("AnthropicInputBlock") };
 const ANTHROPIC_MESSAGES = { type: "array", minItems: 1, description: "The conversation.", items: ref("AnthropicInputMessage") };
 const ANTHROPIC_SYSTEM = {
   description: "System prompt: a string or text blocks.",
-  oneOf: [
-    { type: "string" },
-    {
-      type: "array",
-      items: { ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."), ...byType([["text", { required: ["text"], properties: { text: { type: "string" } } }]]) },
-    },
-  ],
+  oneOf: [{ type: "string" }, ref("AnthropicInputTextBlockList")],
 };
 schemas.AnthropicTool = {
   type: "object",
@@ -952,10 +930,9 @@ schemas.AnthropicCountTokensRequest = {
     thinking: ANTHROPIC_THINKING,
   },
 };
-const RESPONSES_PARTS = {
-  type: "array",
-  items: textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused."),
-};
+schemas.ResponsesInputPart = textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused.");
+schemas.ResponsesInputPartList = { type: "array", description: "Text parts.", items: ref("ResponsesInputPart") };
+const RESPONSES_PARTS = ref("ResponsesInputPartList");
 schemas.ResponsesInputItem = {
   type: "object",
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
@@ -982,11 +959,7 @@ schemas.ResponsesInputItem = {
     },
     role: { type: "string", enum: ["system", "developer", "user", "assistant"] },
     content: {
-      oneOf: [
-        { type: "string" },
-        RESPONSES_PARTS,
-        { type: "null" },
-      ],
+      oneOf: [{ type: "string" }, RESPONSES_PARTS, { type: "null" }],
     },
     id: { type: "string" },
     call_id: { type: "string" },
@@ -1020,6 +993,8 @@ schemas.ResponsesTool = {
   },
   ...byType([RESPONSES_NAMED_TOOLS, ["namespace", { required: ["name", "tools"], properties: { name: TOOL_NAME, tools: { type: "array" } } }]]),
 };
+schemas.ResponsesInputItemList = { type: "array", description: "Input items.", items: ref("ResponsesInputItem") };
+schemas.ResponsesNamedToolChoice = RESPONSES_NAMED_TOOL_CHOICE;
 schemas.ResponsesRequest = {
   type: "object",
   required: ["input"],
@@ -1028,10 +1003,7 @@ schemas.ResponsesRequest = {
     input: {
       description:
         "A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model).",
-      oneOf: [
-        { type: "string" },
-        { type: "array", items: ref("ResponsesInputItem") },
-      ],
+      oneOf: [{ type: "string" }, ref("ResponsesInputItemList")],
     },
     instructions: { type: ["string", "null"], description: "System prompt." },
     tools: nullable({ type: "array", items: ref("ResponsesTool"), description: "function, custom and namespace tools." }),

@@ -8,6 +8,12 @@
 //   openapi-generator -g go        generate; go build with a small program; run it (calls them)
 //   openapi-generator -g typescript-fetch   generate; tsc --strict with a small program; run it
 //   openapi-fetch                  typed by src/generated/types.ts; tsc --strict; run it
+//   openapi-generator -g java (native, okhttp-gson)  generate; mvn compile with a program; run it
+//   openapi-generator -g kotlin    generate; mvn compile (contract-tests/sdk/kotlin/pom.xml); run it
+//   openapi-generator -g rust      generate; cargo build with a program; run it
+//
+// The java and rust programs also stream chat completions, messages and responses, decoding each
+// event's data into the generated event types.
 //
 // Operations called: listModels, createChatCompletion, createCompletion, createMessage,
 // countMessageTokens, createResponse (not streamed), plus a refused logprobs (400 naming it).
@@ -17,7 +23,9 @@
 // in $MASHBOX_HOME/sdk (default ~/.cache/mashbox/sdk, beside the model cache, so a fresh clone on
 // the same machine reuses it), one folder per hash of openapi.json, the generator configs, this
 // file and the versions: a run whose contract did not change skips generation. Go modules come
-// through the Go module proxy (GOFLAGS=-mod=mod).
+// through the Go module proxy (GOFLAGS=-mod=mod), Maven artifacts from Maven Central (~/.m2), crates
+// from crates.io (~/.cargo). The Maven and cargo builds are cached in the same folder, each with a
+// marker keyed by the hash of its program: a warm run only runs the built programs.
 //
 // Output: one "ok ..." / "FAIL ...: why" line per check, the time of each phase, and a closing
 // "N passed, N failed" line. Exit 1 when any check failed.
@@ -37,7 +45,7 @@ const HERE = join(ROOT, "contract-tests", "sdk");
 const PORT = Number(process.env.MASHBOX_SDK_PORT ?? 18941);
 const MODEL = process.env.MASHBOX_SDK_MODEL ?? "test/fixtures/llama-q8_0.gguf";
 const BASE = `http://127.0.0.1:${PORT}`;
-const GENERATORS = ["python", "go", "typescript-fetch"]; // openapi-generator, one batch run
+const GENERATORS = ["python", "go", "typescript-fetch", "java-native", "java-okhttp-gson", "kotlin", "rust"]; // openapi-generator, one batch run
 const TSC = join(ROOT, "node_modules", ".bin", "tsc");
 const CACHE = process.env.MASHBOX_HOME ? join(process.env.MASHBOX_HOME, "sdk") : join(homedir(), ".cache", "mashbox", "sdk");
 
@@ -107,7 +115,7 @@ function ensureTools() {
   }
   const still = missing();
   if (still.length) throw new Error(`not installed: ${still.join(", ")} (pip install -r requirements-ci.txt)`);
-  for (const [tool, args] of [["java", ["-version"]], ["go", ["version"]]]) {
+  for (const [tool, args] of [["java", ["-version"]], ["go", ["version"]], ["mvn", ["-v"]], ["cargo", ["--version"]]]) {
     if (sh(tool, args).status !== 0) throw new Error(`${tool} is not on PATH`);
   }
   return {
@@ -116,6 +124,8 @@ function ensureTools() {
     "openapi-fetch": JSON.parse(readFileSync(join(ROOT, "node_modules", "openapi-fetch", "package.json"), "utf8")).version,
     go: toolVersion("go", ["version"]),
     java: sh("java", ["-version"]).out.split("\n")[0],
+    mvn: sh("mvn", ["-v"]).out.split("\n")[0],
+    cargo: toolVersion("cargo", ["--version"]),
   };
 }
 
@@ -126,7 +136,7 @@ function cacheKey(versions) {
   h.update(readFileSync(join(ROOT, "openapi.json")));
   for (const g of GENERATORS) h.update(readFileSync(join(HERE, "generators", `${g}.yaml`)));
   h.update(readFileSync(fileURLToPath(import.meta.url))); // how this file lays the clients out
-  h.update(JSON.stringify([versions["openapi-generator-cli"], versions["openapi-python-client"]]));
+  h.update(JSON.stringify([versions["openapi-generator-cli"], versions["openapi-python-client"], versions.java, versions.cargo]));
   return h.digest("hex").slice(0, 16);
 }
 
@@ -211,6 +221,90 @@ function prepareTypescriptFetch(dir) {
   return r.status === 0 ? join(work, "typescript-fetch.ts") : null;
 }
 
+/** Runs build() once per program hash: the marker in dir says it was built from these sources. */
+function cachedBuild(dir, label, sources, build) {
+  const h = createHash("sha256");
+  for (const f of sources) h.update(readFileSync(f));
+  const marker = join(dir, `built-${label}-${h.digest("hex").slice(0, 12)}`);
+  if (existsSync(marker)) {
+    ok(`${label}: build (cached)`);
+    return true;
+  }
+  const t0 = performance.now();
+  const r = build();
+  if (r.status === 0) {
+    writeFileSync(marker, "");
+    ok(`${label}: build (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+  } else fail(`${label}: build`, r.out);
+  return r.status === 0;
+}
+
+const MVN = ["-B", "-q", "-DskipTests", "-Dmaven.javadoc.skip=true"];
+
+/** mvn compile, then the runtime classpath into cp.txt; returns the java command line of the program. */
+function mavenBuild(dir, label, project, sources, mainClass) {
+  const built = cachedBuild(dir, label, sources, () => {
+    const c = sh("mvn", [...MVN, "compile"], { cwd: project });
+    if (c.status !== 0) return c;
+    return sh("mvn", [...MVN, "dependency:build-classpath", "-Dmdep.outputFile=cp.txt"], { cwd: project });
+  });
+  if (!built) return null;
+  return ["java", ["-cp", `${join(project, "target", "classes")}:${readFileSync(join(project, "cp.txt"), "utf8").trim()}`, mainClass]];
+}
+
+// The two Java libraries share one program; these fill in what differs.
+const JAVA = {
+  "java-native": {
+    pkg: "dev.mashbox.nativeclient",
+    decode: "client.getObjectMapper().readValue(json, type)",
+    encode: "client.getObjectMapper().writeValueAsString(value)",
+    base: "client.updateBaseUri(base)",
+  },
+  "java-okhttp-gson": { pkg: "dev.mashbox.okhttp", decode: "JSON.getGson().fromJson(json, type)", encode: "JSON.serialize(value)", base: "client.setBasePath(base)" },
+};
+
+function buildJava(dir, g) {
+  const { pkg, decode, encode, base } = JAVA[g];
+  const project = join(dir, g);
+  const template = join(HERE, "java", "Check.java");
+  const checkDir = join(project, "src", "main", "java", ...pkg.split("."), "check");
+  mkdirSync(checkDir, { recursive: true });
+  const program = readFileSync(template, "utf8")
+    .replaceAll("__PKG__", pkg)
+    .replaceAll("__LABEL__", `openapi-generator-${g}`)
+    .replaceAll("__DECODE__", decode)
+    .replaceAll("__ENCODE__", encode)
+    .replaceAll("__BASE__", base);
+  writeFileSync(join(checkDir, "Check.java"), program);
+  return mavenBuild(dir, `openapi-generator ${g}`, project, [template, fileURLToPath(import.meta.url)], `${pkg}.check.Check`);
+}
+
+function buildKotlin(dir) {
+  const project = join(dir, "kotlin");
+  const sources = [join(HERE, "kotlin", "pom.xml"), join(HERE, "kotlin", "Check.kt")];
+  copyFileSync(sources[0], join(project, "pom.xml"));
+  // The generated tests need a Gradle-only test runner; the program below is the check.
+  rmSync(join(project, "src", "test"), { recursive: true, force: true });
+  const checkDir = join(project, "src", "main", "kotlin", "dev", "mashbox", "kotlin", "check");
+  mkdirSync(checkDir, { recursive: true });
+  copyFileSync(sources[1], join(checkDir, "Check.kt"));
+  return mavenBuild(dir, "openapi-generator kotlin", project, sources, "dev.mashbox.kotlin.check.CheckKt");
+}
+
+function buildRust(dir) {
+  const work = join(dir, "rust-check");
+  mkdirSync(join(work, "src"), { recursive: true });
+  const source = join(HERE, "rust", "main.rs");
+  copyFileSync(source, join(work, "src", "main.rs"));
+  writeFileSync(
+    join(work, "Cargo.toml"),
+    '[package]\nname = "sdkcheck"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\nmashbox = { path = "../rust", default-features = false }\nserde = "1"\nserde_json = "1"\n',
+  );
+  const target = join(dir, "rust-target");
+  const built = cachedBuild(dir, "openapi-generator rust", [source], () => sh("cargo", ["build", "--quiet"], { cwd: work, env: { CARGO_TARGET_DIR: target } }));
+  return built ? [join(target, "debug", "sdkcheck"), []] : null;
+}
+
 // ------------------------------------------------------------ server
 
 async function startServer() {
@@ -259,12 +353,16 @@ try {
   if (cached) console.log(`sdk: generated clients from the cache ${dir}`);
 
   let goBinary = null;
+  const jvmAndRust = {};
   let tsFetch = null;
   let openapiFetchOk = false;
   await timed("compile", () => {
     if (generated) {
       goBinary = buildGo(dir);
       tsFetch = prepareTypescriptFetch(dir);
+      for (const g of Object.keys(JAVA)) jvmAndRust[g] = buildJava(dir, g);
+      jvmAndRust.kotlin = buildKotlin(dir);
+      jvmAndRust.rust = buildRust(dir);
     }
     openapiFetchOk = tscStrict("openapi-fetch", [join(HERE, "typescript", "openapi-fetch.ts")]);
   });
@@ -278,6 +376,7 @@ try {
       countChecks("openapi-generator python calls", py("check_openapi_generator_python.py", "python"));
       if (goBinary) countChecks("openapi-generator go calls", sh(goBinary, [BASE, modelId]));
       if (tsFetch) countChecks("openapi-generator typescript-fetch calls", tsx(tsFetch));
+      for (const [g, cmd] of Object.entries(jvmAndRust)) if (cmd) countChecks(`openapi-generator ${g} calls`, sh(cmd[0], [...cmd[1], BASE, modelId]));
     }
     if (openapiFetchOk) countChecks("openapi-fetch calls", tsx(join(HERE, "typescript", "openapi-fetch.ts")));
   });

@@ -250,46 +250,23 @@ export interface components {
     schemas: {
         /** @description text, thinking or tool_use. */
         AnthropicContentBlock: components["schemas"]["AnthropicTextBlock"] | components["schemas"]["AnthropicThinkingBlock"] | components["schemas"]["AnthropicToolUseBlock"];
+        /** @description text_delta, thinking_delta, signature_delta or input_json_delta. */
+        AnthropicContentBlockDelta: components["schemas"]["AnthropicTextDelta"] | components["schemas"]["AnthropicThinkingDelta"] | components["schemas"]["AnthropicSignatureDelta"] | components["schemas"]["AnthropicInputJsonDelta"];
         AnthropicContentBlockDeltaEvent: {
-            delta: {
-                text: string;
-                /** @constant */
-                type: "text_delta";
-            } | {
-                thinking: string;
-                /** @constant */
-                type: "thinking_delta";
-            } | {
-                signature: string;
-                /** @constant */
-                type: "signature_delta";
-            } | {
-                partial_json: string;
-                /** @constant */
-                type: "input_json_delta";
-            };
+            delta: components["schemas"]["AnthropicContentBlockDelta"];
             index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "content_block_delta";
         };
         AnthropicContentBlockStartEvent: {
             content_block: components["schemas"]["AnthropicContentBlock"];
             index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "content_block_start";
         };
         AnthropicContentBlockStopEvent: {
             index: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "content_block_stop";
         };
         AnthropicCountTokensRequest: {
@@ -301,11 +278,7 @@ export interface components {
              */
             model?: string;
             /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text?: string;
-                /** @enum {string} */
-                type: "text" | "image" | "document";
-            }[];
+            system?: string | components["schemas"]["AnthropicInputTextBlockList"];
             /** @description Fields: type, budget_tokens. */
             thinking?: {
                 budget_tokens?: number;
@@ -341,10 +314,7 @@ export interface components {
                 type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "rate_limit_error" | "api_error" | "overloaded_error";
             };
             request_id?: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "error";
         };
         /** @description A content block; image and document blocks are refused. */
@@ -353,13 +323,28 @@ export interface components {
             /** @enum {string} */
             type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result" | "image" | "document";
         };
+        /** @description Content blocks. */
+        AnthropicInputBlockList: components["schemas"]["AnthropicInputBlock"][];
+        AnthropicInputJsonDelta: {
+            partial_json: string;
+            /** @constant */
+            type: "input_json_delta";
+        };
         /** @description One turn of the conversation. */
         AnthropicInputMessage: {
             /** @description Text, or content blocks: text, thinking, redacted_thinking, tool_use, tool_result. image and document blocks are refused with 400 (text-only model). */
-            content: string | components["schemas"]["AnthropicInputBlock"][];
+            content: string | components["schemas"]["AnthropicInputBlockList"];
             /** @enum {string} */
             role: "user" | "assistant" | "system";
         };
+        /** @description A text block. */
+        AnthropicInputTextBlock: {
+            text?: string;
+            /** @enum {string} */
+            type: "text" | "image" | "document";
+        };
+        /** @description Text blocks. */
+        AnthropicInputTextBlockList: components["schemas"]["AnthropicInputTextBlock"][];
         AnthropicMessage: {
             content: components["schemas"]["AnthropicContentBlock"][];
             id: string;
@@ -384,10 +369,7 @@ export interface components {
                 stop_reason: "end_turn" | "max_tokens" | "stop_sequence" | "tool_use" | null;
                 stop_sequence: string | null;
             };
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "message_delta";
             usage: components["schemas"]["AnthropicUsage"];
         };
@@ -441,7 +423,7 @@ export interface components {
              */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
-            stop?: string | string[] | null;
+            stop?: string | components["schemas"]["MashboxStopList"] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
             /**
@@ -450,11 +432,7 @@ export interface components {
              */
             stream?: boolean | null;
             /** @description System prompt: a string or text blocks. */
-            system?: string | {
-                text?: string;
-                /** @enum {string} */
-                type: "text" | "image" | "document";
-            }[];
+            system?: string | components["schemas"]["AnthropicInputTextBlockList"];
             /**
              * @description 0 = greedy (default). Up to 4.
              * @default 0
@@ -488,45 +466,45 @@ export interface components {
         };
         AnthropicMessageStartEvent: {
             message: components["schemas"]["AnthropicMessage"];
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "message_start";
         };
         AnthropicMessageStopEvent: {
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "message_stop";
         };
         AnthropicPingEvent: {
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "ping";
+        };
+        AnthropicSignatureDelta: {
+            signature: string;
+            /** @constant */
+            type: "signature_delta";
         };
         /** @description One event: + data: pair: message_start, ping, then per block content_block_start / _delta / _stop, then message_delta and message_stop. type is the same as the SSE event name. */
         AnthropicStreamEvent: components["schemas"]["AnthropicMessageStartEvent"] | components["schemas"]["AnthropicPingEvent"] | components["schemas"]["AnthropicContentBlockStartEvent"] | components["schemas"]["AnthropicContentBlockDeltaEvent"] | components["schemas"]["AnthropicContentBlockStopEvent"] | components["schemas"]["AnthropicMessageDeltaEvent"] | components["schemas"]["AnthropicMessageStopEvent"] | components["schemas"]["AnthropicErrorEvent"];
         AnthropicTextBlock: {
             text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "text";
+        };
+        AnthropicTextDelta: {
+            text: string;
+            /** @constant */
+            type: "text_delta";
         };
         AnthropicThinkingBlock: {
             /** @description mashbox-local (empty in content_block_start). */
             signature: string;
             thinking: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "thinking";
+        };
+        AnthropicThinkingDelta: {
+            thinking: string;
+            /** @constant */
+            type: "thinking_delta";
         };
         AnthropicTokenCount: {
             /** @description Prompt tokens after the chat template. */
@@ -545,18 +523,12 @@ export interface components {
             /** @description Arguments ({} in content_block_start). */
             input: Record<string, never>;
             name: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "tool_use";
         };
         AnthropicUsage: {
-            /**
-             * @description Always 0.
-             * @constant
-             */
-            cache_creation_input_tokens?: 0;
+            /** @description Always 0. */
+            cache_creation_input_tokens?: number;
             /** @description Prompt tokens served from the prefix cache. */
             cache_read_input_tokens?: number;
             /** @description Prompt tokens not served from the prefix cache. */
@@ -699,7 +671,7 @@ export interface components {
              */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
-            stop?: string | string[] | null;
+            stop?: string | components["schemas"]["MashboxStopList"] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
             /** @description Accepted and ignored. */
@@ -719,13 +691,7 @@ export interface components {
              */
             temperature?: number | null;
             /** @description auto (default), none, required, or {"type": "function", "function": {"name": ...}}. */
-            tool_choice?: ("auto" | "none" | "required") | {
-                function: {
-                    name: string;
-                };
-                /** @constant */
-                type: "function";
-            } | null;
+            tool_choice?: ("auto" | "none" | "required") | components["schemas"]["ChatNamedToolChoice"] | null;
             /** @description Function tools the model may call. */
             tools?: components["schemas"]["ChatTool"][] | null;
             /**
@@ -743,13 +709,17 @@ export interface components {
         };
         /** @description What one data: line of a chat stream carries (besides the final [DONE]). */
         ChatCompletionStreamPayload: components["schemas"]["ChatCompletionChunk"] | components["schemas"]["OpenAIStreamError"];
+        /** @description A text part; image_url, input_audio and file parts are refused. */
+        ChatContentPart: {
+            text?: string;
+            /** @enum {string} */
+            type: "text" | "input_text" | "image_url" | "input_image" | "input_audio" | "audio" | "file" | "input_file" | "image";
+        };
+        /** @description Text parts. */
+        ChatContentPartList: components["schemas"]["ChatContentPart"][];
         ChatMessage: {
             /** @description Text, or a list of text parts. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            content?: string | {
-                text?: string;
-                /** @enum {string} */
-                type: "text" | "input_text" | "image_url" | "input_image" | "input_audio" | "audio" | "file" | "input_file" | "image";
-            }[] | null;
+            content?: string | components["schemas"]["ChatContentPartList"] | null;
             /** @description Accepted and ignored. */
             name?: string;
             /** @description assistant: its earlier thinking. */
@@ -768,6 +738,11 @@ export interface components {
                 type?: string;
             }[] | null;
         };
+        ChatNamedToolChoice: {
+            function: components["schemas"]["ChatToolChoiceFunction"];
+            /** @constant */
+            type: "function";
+        };
         /** @description A function tool: its name, description and parameters (JSON Schema). */
         ChatTool: {
             function: {
@@ -778,6 +753,9 @@ export interface components {
             };
             /** @constant */
             type: "function";
+        };
+        ChatToolChoiceFunction: {
+            name: string;
         };
         ChatUsage: {
             completion_tokens: number;
@@ -864,6 +842,8 @@ export interface components {
             /** @description Times the worker was started again after a fault. */
             worker_restarts?: number;
         };
+        /** @description Stop strings. */
+        MashboxStopList: string[];
         /** @description Server timings, the fields of llama-server's timings block. */
         MashboxTimings: {
             /** @description Prompt tokens served from the prefix cache. */
@@ -900,11 +880,8 @@ export interface components {
             bpw?: number;
             /** @description Host memory for saved prompt states (--cache-ram). */
             cache_ram_mib?: number;
-            /**
-             * @description Always 0.
-             * @constant
-             */
-            created: 0;
+            /** @description Always 0. */
+            created: number;
             /** @description Weights in device memory, GB. */
             gb?: number;
             /**
@@ -948,10 +925,7 @@ export interface components {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.completed";
         };
         ResponsesContentPart: components["schemas"]["ResponsesOutputTextPart"] | components["schemas"]["ResponsesReasoningTextPart"];
@@ -962,10 +936,7 @@ export interface components {
             part: components["schemas"]["ResponsesContentPart"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.content_part.added";
         };
         ResponsesContentPartDoneEvent: {
@@ -975,20 +946,14 @@ export interface components {
             part: components["schemas"]["ResponsesContentPart"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.content_part.done";
         };
         ResponsesCreatedEvent: {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.created";
         };
         ResponsesCustomToolCallInputDeltaEvent: {
@@ -997,10 +962,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.custom_tool_call_input.delta";
         };
         ResponsesCustomToolCallInputDoneEvent: {
@@ -1009,10 +971,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.custom_tool_call_input.done";
         };
         ResponsesCustomToolCallItem: {
@@ -1024,10 +983,7 @@ export interface components {
             name: string;
             /** @enum {string} */
             status?: "in_progress" | "completed" | "incomplete";
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "custom_tool_call";
         };
         ResponsesErrorEvent: {
@@ -1038,20 +994,14 @@ export interface components {
             request_id?: string;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "error";
         };
         ResponsesFailedEvent: {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.failed";
         };
         ResponsesFunctionCallArgumentsDeltaEvent: {
@@ -1060,10 +1010,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.function_call_arguments.delta";
         };
         ResponsesFunctionCallArgumentsDoneEvent: {
@@ -1073,10 +1020,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.function_call_arguments.done";
         };
         ResponsesFunctionCallItem: {
@@ -1090,46 +1034,43 @@ export interface components {
             namespace?: string;
             /** @enum {string} */
             status?: "in_progress" | "completed" | "incomplete";
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "function_call";
         };
         ResponsesIncompleteEvent: {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.incomplete";
         };
         ResponsesInProgressEvent: {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.in_progress";
         };
         /** @description One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item. */
         ResponsesInputItem: {
             call_id?: string;
-            content?: string | {
-                text?: string;
-                /** @enum {string} */
-                type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal" | "input_image" | "input_file" | "input_audio";
-            }[] | null;
+            content?: string | components["schemas"]["ResponsesInputPartList"] | null;
             id?: string;
             /** @enum {string} */
             role?: "system" | "developer" | "user" | "assistant";
             /** @enum {string} */
             type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning" | "item_reference";
         };
+        /** @description Input items. */
+        ResponsesInputItemList: components["schemas"]["ResponsesInputItem"][];
+        /** @description A text part; input_image, input_file and input_audio parts are refused. */
+        ResponsesInputPart: {
+            text?: string;
+            /** @enum {string} */
+            type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal" | "input_image" | "input_file" | "input_audio";
+        };
+        /** @description Text parts. */
+        ResponsesInputPartList: components["schemas"]["ResponsesInputPart"][];
         ResponsesMessageItem: {
             content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
@@ -1137,11 +1078,15 @@ export interface components {
             role: "assistant";
             /** @enum {string} */
             status: "in_progress" | "completed" | "incomplete";
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "message";
+        };
+        /** @description A function or custom tool, by name (or, as Chat Completions writes it, by function.name). */
+        ResponsesNamedToolChoice: {
+            function?: components["schemas"]["ChatToolChoiceFunction"];
+            name?: string;
+            /** @enum {string} */
+            type: "function" | "custom";
         };
         /** @description message, reasoning, function_call or custom_tool_call. */
         ResponsesOutputItem: components["schemas"]["ResponsesMessageItem"] | components["schemas"]["ResponsesReasoningItem"] | components["schemas"]["ResponsesFunctionCallItem"] | components["schemas"]["ResponsesCustomToolCallItem"];
@@ -1150,10 +1095,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.output_item.added";
         };
         ResponsesOutputItemDoneEvent: {
@@ -1161,10 +1103,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.output_item.done";
         };
         ResponsesOutputTextDeltaEvent: {
@@ -1174,10 +1113,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.output_text.delta";
         };
         ResponsesOutputTextDoneEvent: {
@@ -1187,20 +1123,14 @@ export interface components {
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.output_text.done";
         };
         ResponsesOutputTextPart: {
             /** @description Always empty. */
             annotations?: Record<string, never>[];
             text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "output_text";
         };
         ResponsesReasoningItem: {
@@ -1210,10 +1140,7 @@ export interface components {
             status?: "in_progress" | "completed" | "incomplete";
             /** @description Always empty. */
             summary: Record<string, never>[];
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "reasoning";
         };
         ResponsesReasoningTextDeltaEvent: {
@@ -1223,10 +1150,7 @@ export interface components {
             output_index: number;
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.reasoning_text.delta";
         };
         ResponsesReasoningTextDoneEvent: {
@@ -1236,18 +1160,12 @@ export interface components {
             /** @description 0, 1, 2, ... in send order. */
             sequence_number: number;
             text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "response.reasoning_text.done";
         };
         ResponsesReasoningTextPart: {
             text: string;
-            /**
-             * @description discriminator enum property added by openapi-typescript
-             * @enum {string}
-             */
+            /** @constant */
             type: "reasoning_text";
         };
         ResponsesRequest: {
@@ -1261,7 +1179,7 @@ export interface components {
             /** @description Accepted and ignored, except an entry naming logprobs: 400 (log probabilities are not supported). */
             include?: string[] | null;
             /** @description A string, or items: message (system, developer, user, assistant), function_call, function_call_output, custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning. Text parts only: image, audio and file parts are refused with 400 (text-only model). */
-            input: string | components["schemas"]["ResponsesInputItem"][];
+            input: string | components["schemas"]["ResponsesInputItemList"];
             /** @description System prompt. */
             instructions?: string | null;
             /** @description Same as max_tokens (OpenAI's newer name); wins when both are set. */
@@ -1310,7 +1228,7 @@ export interface components {
              */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
-            stop?: string | string[] | null;
+            stop?: string | components["schemas"]["MashboxStopList"] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
             /** @description Accepted and ignored. */
@@ -1334,18 +1252,7 @@ export interface components {
                 verbosity?: string | null;
             } | null;
             /** @description auto (default), none, required, or a function / custom tool: {"type": "function", "name": ...}. */
-            tool_choice?: ("auto" | "none" | "required") | ({
-                function?: {
-                    name: string;
-                };
-                name?: string;
-                /** @enum {string} */
-                type: "function" | "custom";
-            } | {
-                name: string;
-            } | {
-                function: Record<string, never>;
-            }) | null;
+            tool_choice?: ("auto" | "none" | "required") | components["schemas"]["ResponsesNamedToolChoice"] | null;
             /** @description function, custom and namespace tools. */
             tools?: components["schemas"]["ResponsesTool"][] | null;
             /**
@@ -1387,7 +1294,8 @@ export interface components {
              * @enum {string}
              */
             status: "in_progress" | "completed" | "incomplete" | "failed";
-            tool_choice?: string | Record<string, never>;
+            /** @description The request's tool_choice (auto when it had none). */
+            tool_choice?: ("auto" | "none" | "required") | components["schemas"]["ResponsesNamedToolChoice"];
             tools?: Record<string, never>[];
             /** @description null while in progress. */
             usage: components["schemas"]["ResponsesUsage"] | null;
@@ -1444,6 +1352,8 @@ export interface components {
                 total_tokens: number;
             };
         };
+        /** @description One non-empty string. */
+        TextCompletionPromptList: string[];
         TextCompletionRequest: {
             /**
              * @description -2 to 2; 0 = off.
@@ -1479,7 +1389,7 @@ export interface components {
              */
             presence_penalty?: number | null;
             /** @description The text to continue (a string, or a list of one string); not empty. */
-            prompt: string | string[];
+            prompt: string | components["schemas"]["TextCompletionPromptList"];
             /** @description Tags the request's session in the server log (as the X-Session-Id header does). */
             prompt_cache_key?: string | null;
             /**
@@ -1493,7 +1403,7 @@ export interface components {
              */
             seed?: number | null;
             /** @description A string or a list of non-empty strings; the text ends before the first one. At most 64 strings of at most 1024 characters. */
-            stop?: string | string[] | null;
+            stop?: string | components["schemas"]["MashboxStopList"] | null;
             /** @description Same as stop (Anthropic's name), used when stop is absent. */
             stop_sequences?: string[] | null;
             /**
