@@ -1,5 +1,5 @@
 // The CUDA harness's device half (built with -DMB_CUDA=ON): kernel parity against scalar
-// references; the product's CUDA model (Model::load with Device::cuda, model/cuda/model_cuda.cpp)
+// references; the product's CUDA model (Model::load with Device::cuda, model/cuda/backend_cuda.cpp)
 // checked against the CPU backend over teacher-forced steps on a qwen3 and a llama shape; and
 // prefill / decode benchmarks through that model. Prints one JSON line.
 //
@@ -371,7 +371,7 @@ void check_routing_and_sampling(Checks& c, cudaStream_t st) {
   }
 }
 
-// ---- the product's CUDA model (model/cuda/model_cuda.cpp) ----
+// ---- the product's CUDA model (model/cuda/backend_cuda.cpp) ----
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -22,7 +22,7 @@
 #include "util/threadpool.h"
 #ifdef MB_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "model/cuda/model_cuda.h"
+#include "model/cuda/backend_cuda.h"
 #endif
 
 namespace {
@@ -712,7 +712,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
   exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));
-  // The CUDA model (model/cuda/model_cuda.h) is in this build: Model::load takes device cuda.
+  // The CUDA backend (model/cuda/backend_cuda.h) is in this build: Model::load takes device cuda.
   exports.Set("cudaArchitectures", mb::cuda_architectures());
   exports.Set("cudaFootprint", Napi::Function::New(env, CudaModelFootprint, "cudaFootprint"));
 #endif

@@ -1,5 +1,7 @@
 #include "model/loader.h"
 
+#include "model/backend.h"
+
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -128,7 +130,8 @@ QMatrix WeightLoader::matrix(const std::string& name, int64_t K, int64_t N) cons
   if (t.ne.size() < 2 || t.ne[0] != K || t.ne[1] != N || t.n_elements() != K * N)
     throw error(name, "has shape " + shape_str(t.ne), shape_str({K, N}));
   check_type(t);
-  return QMatrix{t.type, K, N, t.data};
+  const QMatrix m{t.type, K, N, t.data};
+  return be_ ? be_->matrix(name, m) : m;
 }
 
 ExpertMatrices WeightLoader::experts(const std::string& name, int64_t K, int64_t N, int64_t E) const {
@@ -136,7 +139,8 @@ ExpertMatrices WeightLoader::experts(const std::string& name, int64_t K, int64_t
   if (t.ne.size() != 3 || t.ne[0] != K || t.ne[1] != N || t.ne[2] != E)
     throw error(name, "has shape " + shape_str(t.ne), shape_str({K, N, E}));
   check_type(t);
-  return ExpertMatrices{t.type, K, N, t.data, ggml_row_bytes(t.type, K) * (size_t)N};
+  const ExpertMatrices m{t.type, K, N, t.data, ggml_row_bytes(t.type, K) * (size_t)N};
+  return be_ ? be_->experts(name, m) : m;
 }
 
 std::vector<float> WeightLoader::vector(const std::string& name, int64_t n) const {
@@ -155,6 +159,15 @@ std::vector<float> WeightLoader::optional_vector(const std::string& name, int64_
   return f_.tensor(name) ? vector(name, n) : std::vector<float>{};
 }
 
+const float* WeightLoader::vec(const std::string& name, int64_t n) const {
+  if (!be_) throw std::logic_error("model: WeightLoader::vec without a backend");
+  return be_->vector(vector(name, n));
+}
+
+const float* WeightLoader::optional_vec(const std::string& name, int64_t n) const {
+  return f_.tensor(name) ? vec(name, n) : nullptr;
+}
+
 QMatrix WeightLoader::token_embd() const { return matrix("token_embd.weight", cfg_.n_embd, cfg_.n_vocab); }
 
 QMatrix WeightLoader::output(const QMatrix& token_embd) const {
@@ -165,13 +178,13 @@ AttentionWeights WeightLoader::attention(int il, Biases biases) const {
   const int D = cfg_.n_embd, HD = cfg_.n_head * cfg_.head_dim, KD = cfg_.n_head_kv * cfg_.head_dim;
   const std::string p = blk(il);
   AttentionWeights a;
-  a.norm = vector(p + "attn_norm.weight", D);
+  a.norm = vec(p + "attn_norm.weight", D);
   a.wq = matrix(p + "attn_q.weight", D, HD);
   a.wk = matrix(p + "attn_k.weight", D, KD);
   a.wv = matrix(p + "attn_v.weight", D, KD);
   a.wo = matrix(p + "attn_output.weight", HD, D);
   auto bias = [&](const std::string& name, int64_t n) {
-    return biases == Biases::required ? vector(name, n) : optional_vector(name, n);
+    return biases == Biases::required ? vec(name, n) : optional_vec(name, n);
   };
   a.bq = bias(p + "attn_q.bias", HD);
   a.bk = bias(p + "attn_k.bias", KD);
@@ -182,14 +195,14 @@ AttentionWeights WeightLoader::attention(int il, Biases biases) const {
 SwiGluWeights WeightLoader::swiglu(int il) const {
   const int D = cfg_.n_embd, F = cfg_.n_ff;
   const std::string p = blk(il);
-  return SwiGluWeights{vector(p + "ffn_norm.weight", D), matrix(p + "ffn_gate.weight", D, F),
+  return SwiGluWeights{vec(p + "ffn_norm.weight", D), matrix(p + "ffn_gate.weight", D, F),
                        matrix(p + "ffn_up.weight", D, F), matrix(p + "ffn_down.weight", F, D)};
 }
 
 MoeWeights WeightLoader::moe(int il) const {
   const int D = cfg_.n_embd, F = cfg_.n_ff, E = cfg_.n_expert;
   const std::string p = blk(il);
-  return MoeWeights{vector(p + "ffn_norm.weight", D), matrix(p + "ffn_gate_inp.weight", D, E),
+  return MoeWeights{vec(p + "ffn_norm.weight", D), matrix(p + "ffn_gate_inp.weight", D, E),
                     experts(p + "ffn_gate_exps.weight", D, F, E), experts(p + "ffn_up_exps.weight", D, F, E),
                     experts(p + "ffn_down_exps.weight", F, D, E)};
 }

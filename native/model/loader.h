@@ -39,18 +39,20 @@ bool is_weight_type(GgmlType t);
 std::string weight_types_str();  // "one of F32, F16, ..."
 
 // blk.N.attn_norm / attn_{q,k,v,output} (+ attn_{q,k,v}.bias).
+// Vectors are f32 in the backend's memory (Backend::vector), nullptr when absent.
 struct AttentionWeights {
-  std::vector<float> norm;        // [D]
+  const float* norm;              // [D]
   QMatrix wq;                     // [D -> H*Dh]
   QMatrix wk, wv;                 // [D -> Hk*Dh]
   QMatrix wo;                     // [H*Dh -> D]
-  std::vector<float> bq;          // [H*Dh]; empty when optional and absent
-  std::vector<float> bk, bv;      // [Hk*Dh]; likewise
+  const float* bq;                // [H*Dh]; nullptr when optional and absent
+  const float* bk;                // [Hk*Dh]; likewise
+  const float* bv;                // [Hk*Dh]; likewise
 };
 
 // blk.N.ffn_norm / ffn_{gate,up,down}.
 struct SwiGluWeights {
-  std::vector<float> norm;        // [D]
+  const float* norm;              // [D]
   QMatrix gate, up;               // [D -> F]
   QMatrix down;                   // [F -> D]
 };
@@ -66,7 +68,7 @@ struct ExpertMatrices {
 
 // blk.N.ffn_norm / ffn_gate_inp / ffn_{gate,up,down}_exps.
 struct MoeWeights {
-  std::vector<float> norm;        // [D]
+  const float* norm;              // [D]
   QMatrix router;                 // [D -> E]
   ExpertMatrices gate, up;        // E x [D -> F]
   ExpertMatrices down;            // E x [F -> D]
@@ -74,15 +76,23 @@ struct MoeWeights {
 
 enum class Biases { required, optional };
 
+class Backend;
+
+// With a backend, every matrix and vec() it hands out is placed in that backend's memory
+// (Backend::matrix, Backend::vector); without one (read_config's callers), matrices stay in the
+// file's mapping.
 class WeightLoader {
  public:
-  WeightLoader(const GgufFile& f, const ModelConfig& cfg) : f_(f), cfg_(cfg) {}
+  WeightLoader(const GgufFile& f, const ModelConfig& cfg, Backend* be = nullptr) : f_(f), cfg_(cfg), be_(be) {}
 
   QMatrix matrix(const std::string& name, int64_t K, int64_t N) const;                 // [K -> N]
   ExpertMatrices experts(const std::string& name, int64_t K, int64_t N, int64_t E) const;  // E x [K -> N]
   // Norm weights and biases, converted to f32.
   std::vector<float> vector(const std::string& name, int64_t n) const;
   std::vector<float> optional_vector(const std::string& name, int64_t n) const;  // empty when absent
+  // The same in the backend's memory; optional_vec gives nullptr when absent.
+  const float* vec(const std::string& name, int64_t n) const;
+  const float* optional_vec(const std::string& name, int64_t n) const;
 
   QMatrix token_embd() const;                           // [D -> V], rows are embeddings
   // output.weight, or the embedding matrix when the file ties the head to it (no output.weight).
@@ -102,6 +112,7 @@ class WeightLoader {
   void check_type(const GgufTensor& t) const;
   const GgufFile& f_;
   const ModelConfig& cfg_;
+  Backend* be_;
 };
 
 }  // namespace model_detail

@@ -1,11 +1,12 @@
-// Model::load: picks the architecture file by general.architecture.
+// Model::load: picks the backend by device and the architecture file by general.architecture.
 #include <stdexcept>
 #include <string>
 
+#include "model/backend.h"
 #include "model/loader.h"
 #include "model/transformer.h"
 #ifdef MB_HAVE_CUDA
-#include "model/cuda/model_cuda.h"
+#include "model/cuda/backend_cuda.h"
 #endif
 
 namespace mb {
@@ -13,15 +14,9 @@ namespace mb {
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
                                    int max_batch, Device device) {
   if (!file) throw std::invalid_argument("model: no GGUF file");
-  if (device == Device::cuda) {
-#ifdef MB_HAVE_CUDA
-    return load_cuda(std::move(file), n_slots, n_ctx, max_batch);
-#else
-    throw std::runtime_error("model: device cuda: this build has no CUDA model (configure with -DMB_CUDA=ON: npm run build:cuda)");
-#endif
-  }
-  using Factory = std::unique_ptr<Model> (*)(std::shared_ptr<GgufFile>, ModelConfig, const model_detail::Capacity&,
-                                             ThreadPool*);
+  using Factory = std::unique_ptr<model_detail::Transformer> (*)(std::shared_ptr<GgufFile>, ModelConfig,
+                                                                 const model_detail::Capacity&,
+                                                                 std::unique_ptr<model_detail::Backend>);
   static const struct {
     const char* arch;
     Factory load;
@@ -32,7 +27,20 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, int n_slots, 
   for (const auto& a : kArchitectures)
     if (arch == a.arch) {
       ModelConfig cfg = model_detail::read_config(*file);
-      return a.load(std::move(file), std::move(cfg), model_detail::Capacity{n_slots, n_ctx, max_batch}, pool);
+      const model_detail::Capacity cap{n_slots, n_ctx, max_batch};
+      std::unique_ptr<model_detail::Backend> be;
+      if (device == Device::cuda) {
+#ifdef MB_HAVE_CUDA
+        be = cuda_backend(file, cfg, cap);
+#else
+        throw std::runtime_error("model: device cuda: this build has no CUDA model (configure with -DMB_CUDA=ON: npm run build:cuda)");
+#endif
+      } else {
+        be = model_detail::cpu_backend(pool, max_batch > 0 ? max_batch : 1);
+      }
+      std::unique_ptr<model_detail::Transformer> m = a.load(std::move(file), std::move(cfg), cap, std::move(be));
+      m->loaded();
+      return m;
     }
   std::string supported;
   for (const auto& a : kArchitectures) supported += std::string(supported.empty() ? "" : ", ") + a.arch;

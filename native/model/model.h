@@ -1,7 +1,8 @@
 // Engine-facing model interface. Each architecture's whole forward pass is written out in one
 // file: model_llama.cpp (llama, and qwen2 whose graph is the same), model_qwen3.cpp,
-// model_qwen3moe.cpp, model_phi3.cpp, model_gemma3.cpp, model_gptoss.cpp; they are built from the shared pieces in transformer.h, and loader.h reads
-// the GGUF for them.
+// model_qwen3moe.cpp, model_phi3.cpp, model_gemma3.cpp, model_gptoss.cpp; they are built from the
+// shared pieces in transformer.h as calls on a backend (backend.h: the CPU kernels, or CUDA), and
+// loader.h reads the GGUF for them.
 //
 // Dimension legend used in every model file:
 //   T  tokens in the current batch      D  n_embd (embedding_length)
@@ -40,8 +41,9 @@ struct ModelConfig {
   int n_expert_used = 0;     // expert_used_count
 };
 
-// Where a model's forward pass runs. cuda: the CUDA model (model/cuda/model_cuda.h), in builds
-// configured with -DMB_CUDA=ON; it runs the architectures cuda_architectures() names.
+// Where a model's forward pass runs. cuda: the CUDA backend (model/cuda/backend_cuda.h), in builds
+// configured with -DMB_CUDA=ON; it runs in full the architectures cuda_architectures() names and
+// refuses the others at load, naming the op it lacks.
 enum class Device { cpu, cuda };
 
 // A step failed on the device (a CUDA error): the device state, and with a sticky error the
@@ -66,8 +68,8 @@ class Model {
   // for max_batch tokens per internal step (forward() splits larger batches, in order).
   // Throws std::runtime_error naming the unsupported architecture or tensor type, or the missing
   // tensor and the architecture that requires it.
-  // device cuda: a build without the CUDA model, an architecture it does not run, no device, or a
-  // device too small for the weights and KV each throw std::runtime_error saying which.
+  // device cuda: a build without the CUDA backend, an architecture needing an op it lacks, no
+  // device, or a device too small for the weights and KV each throw std::runtime_error saying which.
   static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, int n_slots, int n_ctx, ThreadPool* pool,
                                      int max_batch = 512, Device device = Device::cpu);
   virtual ~Model() = default;

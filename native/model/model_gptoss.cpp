@@ -39,8 +39,8 @@
 #include "model/transformer.h"
 
 namespace mb {
-namespace {
 using namespace model_detail;
+namespace {
 
 // YaRN's frequency plan (ggml_rope_yarn_corr_dims and rope_yarn in ggml), for rotated halves.
 struct Yarn {
@@ -102,203 +102,121 @@ struct Yarn {
 };
 
 // Rotated-halves RoPE of each head of x[n_heads * Dh] with a precomputed angle table.
-void rope_neox_with(float* x, int n_heads, int Dh, int n_dims, const float* cs) {
-  const int half = n_dims / 2;
-  for (int h = 0; h < n_heads; h++) {
-    float* v = x + (size_t)h * Dh;
-    for (int i = 0; i < half; i++) {
-      const float c = cs[2 * i], s = cs[2 * i + 1];
-      const float x0 = v[i], x1 = v[i + half];
-      v[i] = x0 * c - x1 * s;
-      v[i + half] = x0 * s + x1 * c;
-    }
-  }
-}
-
 class GptOss final : public Transformer {
  public:
-  GptOss(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
-      : Transformer(std::move(file), cfg, cap, pool), E_(cfg.n_expert), Ek_(cfg.n_expert_used),
+  GptOss(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, std::unique_ptr<Backend> be)
+      : Transformer(std::move(file), cfg, cap, std::move(be)), E_(cfg.n_expert), Ek_(cfg.n_expert_used),
         yarn_(Yarn::from(*file_, cfg_)) {
     const std::string a = cfg_.arch + ".attention.";
     window_ = (int)file_->get_int(a + "sliding_window", 0);
     const int pattern = (int)file_->get_int(a + "sliding_window_pattern", 2);
     if (window_ <= 0 || pattern <= 0)
       throw std::runtime_error("model: gpt-oss needs attention.sliding_window > 0 (and a positive pattern)");
-    const WeightLoader w(*file_, cfg_);
+    const WeightLoader w(*file_, cfg_, be_.get());
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
       Layer l;
       l.attn = w.attention(il, Biases::required);
-      l.bo = w.vector(p + "attn_output.bias", D_);
-      l.sinks = w.vector(p + "attn_sinks.weight", H_);
+      l.bo = w.vec(p + "attn_output.bias", D_);
+      l.sinks = w.vec(p + "attn_sinks.weight", H_);
       l.windowed = il % pattern < pattern - 1;
-      l.norm = w.vector(p + "post_attention_norm.weight", D_);
+      l.norm = w.vec(p + "post_attention_norm.weight", D_);
       l.router = w.matrix(p + "ffn_gate_inp.weight", D_, E_);
-      l.router_b = w.vector(p + "ffn_gate_inp.bias", E_);
-      l.gate = w.experts(p + "ffn_gate_exps.weight", D_, F_, E_);
-      l.up = w.experts(p + "ffn_up_exps.weight", D_, F_, E_);
-      l.down = w.experts(p + "ffn_down_exps.weight", F_, D_, E_);
-      l.gate_b = per_expert(w, p + "ffn_gate_exps.bias", F_);
-      l.up_b = per_expert(w, p + "ffn_up_exps.bias", F_);
-      l.down_b = per_expert(w, p + "ffn_down_exps.bias", D_);
+      l.router_b = w.vec(p + "ffn_gate_inp.bias", E_);
+      l.experts.gate = w.experts(p + "ffn_gate_exps.weight", D_, F_, E_);
+      l.experts.up = w.experts(p + "ffn_up_exps.weight", D_, F_, E_);
+      l.experts.down = w.experts(p + "ffn_down_exps.weight", F_, D_, E_);
+      l.experts.E = E_;
+      l.experts.act = ExpertAct::swiglu_oai;
+      l.experts.gate_b = per_expert(w, p + "ffn_gate_exps.bias", F_);
+      l.experts.up_b = per_expert(w, p + "ffn_up_exps.bias", F_);
+      l.experts.down_b = per_expert(w, p + "ffn_down_exps.bias", D_);
       layers_.push_back(std::move(l));
     }
-    logits_.assign((size_t)Tm_ * E_, 0.f);
-    sel_.assign((size_t)Tm_ * Ek_, 0);
-    selw_.assign((size_t)Tm_ * Ek_, 0.f);
-    res_.assign((size_t)Tm_ * Ek_ * D_, 0.f);
-    members_.assign(Tm_, 0);
-    xe_.assign((size_t)Tm_ * D_, 0.f);
-    ye_.assign((size_t)Tm_ * D_, 0.f);
+    logits_ = be_->alloc((size_t)Tm_ * E_);
+    sel_ = be_->alloc_i32((size_t)Tm_ * Ek_);
+    selw_ = be_->alloc((size_t)Tm_ * Ek_);
+    res_ = be_->alloc((size_t)Tm_ * Ek_ * D_);
     angles_.assign((size_t)Tm_ * cfg_.rope_dim, 0.f);
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    embed(c, x_);                                           // x [T, D]
-    // Every layer rotates by the same YaRN angles: computed once per chunk (a pow, cos, sin a pair).
-    par_for(T, [&](int t) { yarn_.angles(c.pos[t], cfg_.rope_dim, &angles_[(size_t)t * cfg_.rope_dim]); });
+    embed(x_);                                              // x [T, D]
+    // Every layer rotates by the same YaRN angles: computed once per chunk on the host (a pow,
+    // cos, sin a pair).
+    for (int t = 0; t < T; t++) yarn_.angles(c.pos[t], cfg_.rope_dim, &angles_[(size_t)t * cfg_.rope_dim]);
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
       project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(T, [&](int t) {
-        const float* cs = &angles_[(size_t)t * cfg_.rope_dim];  // [Dh/2][cos, sin]
-        rope_neox_with(q_row(t), H_, Dh_, cfg_.rope_dim, cs);
-        rope_neox_with(k_row(t), Hk_, Dh_, cfg_.rope_dim, cs);
-        store_kv(il, c, t);
-      });
+      be_->rope_angles(q_, H_, Dh_, cfg_.rope_dim, angles_.data(), T);
+      be_->rope_angles(k_, Hk_, Dh_, cfg_.rope_dim, angles_.data(), T);
+      store_kv(il, T);
       // the kernel's window and sinks: llama.cpp's soft_max_ext (or flash_attn_ext) with sinks
-      attention(il, c, q_, att_, 0.f, l.windowed ? window_ : 0, l.sinks.data());  // att [T, H*Dh]
+      attention(il, q_, att_, T, 0.f, l.windowed ? window_ : 0, l.sinks);  // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
-      par_for(T, [&](int t) { add(&y_[(size_t)t * D_], l.bo.data(), D_); });
+      be_->add_bias(y_, D_, l.bo, T, D_);
       add_rows(x_, y_, T);
       rmsnorm_rows(xn_, x_, l.norm, T);                     // xn [T, D]
       mm(l.router, xn_, logits_, T);                        // logits [T, E]
-      par_for(T, [&](int t) {
-        float* r = &logits_[(size_t)t * E_];
-        add(r, l.router_b.data(), E_);
-        route(r, &sel_[(size_t)t * Ek_], &selw_[(size_t)t * Ek_]);
-      });
-      run_experts(l, T);                                    // res [T, Ek, D]
-      // each expert's output scaled, then summed in rank order, as ggml's mul + add chain does
-      par_for(T, [&](int t) {
-        float* y = &y_[(size_t)t * D_];                     // [D]
-        for (int k = 0; k < Ek_; k++) {
-          const float wk = selw_[(size_t)t * Ek_ + k];
-          const float* r = &res_[((size_t)t * Ek_ + k) * D_];
-          if (k == 0)
-            for (int d = 0; d < D_; d++) y[d] = r[d] * wk;
-          else
-            for (int d = 0; d < D_; d++) y[d] += r[d] * wk;
-        }
-      });
+      be_->add_bias(logits_, E_, l.router_b, T, E_);
+      be_->route(Routing::top_k_softmax, logits_, E_, Ek_, sel_, selw_, T);  // sel, selw [T, Ek]
+      run_experts(l.experts, xn_, Ek_, sel_, res_, T);      // res [T, Ek, D]
+      be_->weighted_sum(y_, res_, selw_, Ek_, D_, T);       // y [T, D] = sum_k res[t, k] * selw[t, k]
       add_rows(x_, y_, T);
     }
     logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
   }
 
-  // A per-expert bias, ne [n, E], as f32 [E][n].
-  std::vector<float> per_expert(const WeightLoader& w, const std::string& name, int64_t n) const {
+  // A per-expert bias, ne [n, E], as f32 [E][n] in the backend's memory.
+  const float* per_expert(const WeightLoader& w, const std::string& name, int64_t n) const {
     const GgufTensor* t = file_->tensor(name);
     if (!t)
       throw tensor_error(cfg_.arch, name, "is missing", "shape " + shape_str({n, E_}) + ", type " + weight_types_str());
     if (t->ne.size() != 2 || t->ne[0] != n || t->ne[1] != E_)
       throw tensor_error(cfg_.arch, name, "has shape " + shape_str(t->ne), shape_str({n, E_}));
-    return w.vector(name, n * E_);
+    return w.vec(name, n * E_);
   }
 
   struct Layer {
     AttentionWeights attn;          // blk.N.attn_norm, attn_{q,k,v,output}, attn_{q,k,v}.bias
-    std::vector<float> bo;          // [D] attn_output.bias
-    std::vector<float> sinks;       // [H] attn_sinks.weight: one logit per query head
+    const float* bo;                // [D] attn_output.bias
+    const float* sinks;             // [H] attn_sinks.weight: one logit per query head
     bool windowed;                  // sliding-window layer (else full causal attention)
-    std::vector<float> norm;        // [D] post_attention_norm: the FFN's input norm
+    const float* norm;              // [D] post_attention_norm: the FFN's input norm
     QMatrix router;                 // [D -> E] ffn_gate_inp
-    std::vector<float> router_b;    // [E]
-    ExpertMatrices gate, up;        // E x [D -> F] ffn_{gate,up}_exps
-    ExpertMatrices down;            // E x [F -> D] ffn_down_exps
-    std::vector<float> gate_b, up_b;  // [E][F]
-    std::vector<float> down_b;      // [E][D]
+    const float* router_b;          // [E]
+    ExpertFfn experts;              // E x ffn_{gate,up,down}_exps and their biases [E][F], [E][F], [E][D];
+                                    // sel[Ek] = the Ek largest router logits (best first, the lower
+                                    // index on a tie, as a stable descending argsort gives), weighted
+                                    // by their softmax among themselves; clamped SwiGLU
   };
-
-  // sel[Ek] = the Ek largest router logits r[E] (best first, the lower index on a tie, as a stable
-  // descending argsort gives), weight[Ek] = their softmax among themselves.
-  void route(const float* r, int* sel, float* weight) const {
-    for (int k = 0; k < Ek_; k++) {
-      int best = -1;
-      for (int e = 0; e < E_; e++) {
-        bool taken = false;
-        for (int j = 0; j < k; j++) taken |= sel[j] == e;
-        if (!taken && (best < 0 || r[e] > r[best])) best = e;
-      }
-      sel[k] = best;
-      weight[k] = r[best];
-    }
-    softmax(weight, Ek_);
-  }
-
-  // res[t, k, :] = expert sel[t, k] of xn[t], biases and clamped SwiGLU included. Each expert's
-  // weights are read once for all the rows routed to it.
-  void run_experts(const Layer& l, int T) {
-    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
-    for (int e = 0; e < E_; e++) {
-      int n = 0;  // an expert appears at most once among a token's Ek, so n <= T
-      for (int i = 0; i < T * Ek_; i++)
-        if (sel_[i] == e) members_[n++] = i;
-      if (n == 0) continue;
-      for (int i = 0; i < n; i++)
-        std::copy_n(&xn_[(size_t)(members_[i] / Ek_) * D_], D_, &xe_[(size_t)i * D_]);  // xe [n, D]
-      matmul(l.up.expert(e), xe_.data(), up_.data(), n, pool_, &scratch_);      // up [n, F]
-      matmul(l.gate.expert(e), xe_.data(), gate_.data(), n, pool_, &scratch_);  // gate [n, F]
-      count_routed_expert();  // Health's routed_experts reports the routed call sites that ran
-      const float* bu = &l.up_b[(size_t)e * F_];
-      const float* bg = &l.gate_b[(size_t)e * F_];
-      par_for(n, [&](int i) {
-        float* g = &gate_[(size_t)i * F_];
-        const float* u = &up_[(size_t)i * F_];
-        for (int f = 0; f < F_; f++) {
-          const float x = std::min(g[f] + bg[f], kLimit);
-          const float y = std::clamp(u[f] + bu[f], -kLimit, kLimit);
-          g[f] = x / (1.f + std::exp(kAlpha * (-x))) * (y + 1.f);
-        }
-      });
-      matmul(l.down.expert(e), gate_.data(), ye_.data(), n, pool_, &scratch_);  // ye [n, D]
-      const float* bd = &l.down_b[(size_t)e * D_];
-      for (int i = 0; i < n; i++) {
-        float* out = &res_[(size_t)members_[i] * D_];
-        const float* y = &ye_[(size_t)i * D_];
-        for (int d = 0; d < D_; d++) out[d] = y[d] + bd[d];
-      }
-    }
-  }
 
   const int E_, Ek_;
   const Yarn yarn_;
   int window_ = 0;                    // W
   std::vector<Layer> layers_;         // [L]
-  std::vector<float> logits_;         // [Tm, E] router logits
-  std::vector<int> sel_;              // [Tm, Ek] chosen experts, best first
-  std::vector<float> selw_;           // [Tm, Ek] their weights
-  std::vector<float> res_;            // [Tm, Ek, D] expert outputs per (token, rank)
-  std::vector<int> members_;          // [Tm] (t * Ek + k) routed to the current expert
-  std::vector<float> xe_;             // [Tm, D] their inputs, gathered
-  std::vector<float> ye_;             // [Tm, D] the expert's outputs
-  std::vector<float> angles_;         // [Tm, Dh] YaRN cos/sin per row
-  MatmulScratch scratch_;             // the experts' quantized activations
+  float* logits_;                     // [Tm, E] router logits
+  int32_t* sel_;                      // [Tm, Ek] chosen experts, best first
+  float* selw_;                       // [Tm, Ek] their weights
+  float* res_;                        // [Tm, Ek, D] expert outputs per (token, rank)
+  std::vector<float> angles_;         // [Tm, Dh] YaRN cos/sin per row (host)
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_gptoss(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
-                                   ThreadPool* pool) {
+std::unique_ptr<Transformer> load_gptoss(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                         std::unique_ptr<Backend> be) {
   cfg.rope_neox = true;
   if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || cfg.n_expert_used > cfg.n_expert || cfg.n_ff <= 0)
     throw std::runtime_error(
         "model: gpt-oss needs expert_count >= expert_used_count > 0 and expert_feed_forward_length");
-  return std::make_unique<GptOss>(std::move(file), cfg, cap, pool);
+  be->require(cfg.arch, {Op::embed, Op::matmul, Op::rmsnorm, Op::add, Op::add_bias, Op::rope_angles, Op::store_kv,
+                         Op::attention, Op::attention_window, Op::attention_sinks, Op::moe_route, Op::moe_experts,
+                         Op::weighted_sum, Op::move_rows});
+  return std::make_unique<GptOss>(std::move(file), cfg, cap, std::move(be));
 }
 
 }  // namespace mb

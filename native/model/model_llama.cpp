@@ -19,33 +19,32 @@
 #include "model/transformer.h"
 
 namespace mb {
-namespace {
 using namespace model_detail;
+namespace {
 
 class Llama final : public Transformer {
  public:
-  Llama(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool, Biases biases)
-      : Transformer(std::move(file), cfg, cap, pool) {
-    const WeightLoader w(*file_, cfg_);
+  Llama(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, std::unique_ptr<Backend> be,
+        Biases biases)
+      : Transformer(std::move(file), cfg, cap, std::move(be)) {
+    const WeightLoader w(*file_, cfg_, be_.get());
     for (int il = 0; il < L_; il++) layers_.push_back({w.attention(il, biases), w.swiglu(il)});
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
-    embed(c, x_);                                           // x [T, D]
+    embed(x_);                                              // x [T, D]
     Chunk r = c;  // the rows carried on: all of them, then in the last layer the wanted ones
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, c.T);              // xn [T, D]
       project_qkv(l.attn, xn_, c.T);                        // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(c.T, [&](int t) {
-        rope_heads(q_row(t), H_, c.pos[t]);
-        rope_heads(k_row(t), Hk_, c.pos[t]);
-        store_kv(il, c, t);
-      });
-      if (il == L_ - 1) r = wanted_rows(c, {{&x_, D_}, {&q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
+      rope_heads(q_, H_, c.T);
+      rope_heads(k_, Hk_, c.T);
+      store_kv(il, c.T);
+      if (il == L_ - 1) r = wanted_rows(c, {{x_, D_}, {q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
       if (r.T == 0) break;
-      attention(il, r, q_, att_);                           // att [n, H*Dh]
+      attention(il, q_, att_, r.T);                         // att [n, H*Dh]
       mm(l.attn.wo, att_, y_, r.T);                         // y [n, D]
       add_rows(x_, y_, r.T);
       rmsnorm_rows(xn_, x_, l.ffn.norm, r.T);               // xn [n, D]
@@ -62,23 +61,28 @@ class Llama final : public Transformer {
   std::vector<Layer> layers_;  // [L]
 };
 
-std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap, ThreadPool* pool,
-                            bool rope_neox, Biases biases) {
+std::unique_ptr<Transformer> load(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                  std::unique_ptr<Backend> be, bool rope_neox, Biases biases) {
   cfg.rope_neox = rope_neox;
   if (cfg.n_ff <= 0) throw std::runtime_error("model: " + cfg.arch + ".feed_forward_length must be positive");
-  return std::make_unique<Llama>(std::move(file), cfg, cap, pool, biases);
+  be->require(cfg.arch, {Op::embed, Op::matmul, Op::rmsnorm, Op::add, Op::rope, Op::store_kv, Op::attention,
+                         Op::glu_silu, Op::move_rows});
+  if (biases == Biases::required || file->tensor("blk.0.attn_q.bias") || file->tensor("blk.0.attn_k.bias") ||
+      file->tensor("blk.0.attn_v.bias"))
+    be->require(cfg.arch, {Op::add_bias});
+  return std::make_unique<Llama>(std::move(file), cfg, cap, std::move(be), biases);
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_llama(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
-                                  ThreadPool* pool) {
-  return load(std::move(file), std::move(cfg), cap, pool, /*rope_neox=*/false, Biases::optional);
+std::unique_ptr<Transformer> load_llama(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                        std::unique_ptr<Backend> be) {
+  return load(std::move(file), std::move(cfg), cap, std::move(be), /*rope_neox=*/false, Biases::optional);
 }
 
-std::unique_ptr<Model> load_qwen2(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
-                                  ThreadPool* pool) {
-  return load(std::move(file), std::move(cfg), cap, pool, /*rope_neox=*/true, Biases::required);
+std::unique_ptr<Transformer> load_qwen2(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                        std::unique_ptr<Backend> be) {
+  return load(std::move(file), std::move(cfg), cap, std::move(be), /*rope_neox=*/true, Biases::required);
 }
 
 }  // namespace mb

@@ -34,66 +34,58 @@
 #include "model/transformer.h"
 
 namespace mb {
-namespace {
 using namespace model_detail;
+namespace {
 
 class Phi3 final : public Transformer {
  public:
-  Phi3(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
-      : Transformer(std::move(file), cfg, cap, pool) {
-    const WeightLoader w(*file_, cfg_);
+  Phi3(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, std::unique_ptr<Backend> be)
+      : Transformer(std::move(file), cfg, cap, std::move(be)) {
+    const WeightLoader w(*file_, cfg_, be_.get());
     R_ = cfg_.rope_dim;
     QKV_ = HD_ + 2 * KD_;
     const int n_ctx_orig = (int)file_->get_int("phi3.rope.scaling.original_context_length", cfg_.n_ctx_train);
     attn_factor_ = (float)file_->get_float("phi3.rope.scaling.attn_factor", 1.0);
     const std::vector<float> long_f = w.optional_vector("rope_factors_long.weight", R_ / 2);
     const std::vector<float> short_f = w.optional_vector("rope_factors_short.weight", R_ / 2);
-    rope_factors_ = C_ > n_ctx_orig ? long_f : short_f;
+    rope_factors_ = be_->vector(C_ > n_ctx_orig ? long_f : short_f);
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
-      layers_.push_back({w.vector(p + "attn_norm.weight", D_), w.matrix(p + "attn_qkv.weight", D_, QKV_),
-                         w.optional_vector(p + "attn_qkv.bias", QKV_), w.matrix(p + "attn_output.weight", HD_, D_),
-                         w.vector(p + "ffn_norm.weight", D_), w.matrix(p + "ffn_up.weight", D_, 2 * F_),
+      layers_.push_back({w.vec(p + "attn_norm.weight", D_), w.matrix(p + "attn_qkv.weight", D_, QKV_),
+                         w.optional_vec(p + "attn_qkv.bias", QKV_), w.matrix(p + "attn_output.weight", HD_, D_),
+                         w.vec(p + "ffn_norm.weight", D_), w.matrix(p + "ffn_up.weight", D_, 2 * F_),
                          w.matrix(p + "ffn_down.weight", F_, D_)});
     }
-    qkv_.assign((size_t)Tm_ * QKV_, 0.f);
-    gu_.assign((size_t)Tm_ * 2 * F_, 0.f);
+    qkv_ = be_->alloc((size_t)Tm_ * QKV_);
+    gu_ = be_->alloc((size_t)Tm_ * 2 * F_);
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    const float* factors = rope_factors_.empty() ? nullptr : rope_factors_.data();
+    const RopeArgs rope{R_, cfg_.rope_freq_base, /*neox=*/true, rope_factors_, attn_factor_};
     const float q_scale = 1.0f / std::sqrt((float)Dh_);
-    embed(c, x_);                                           // x [T, D]
+    embed(x_);                                              // x [T, D]
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn_norm, T);                // xn [T, D]
       mm(l.wqkv, xn_, qkv_, T);                             // qkv [T, Q]
-      par_for(T, [&](int t) {
-        float* row = &qkv_[(size_t)t * QKV_];
-        if (!l.bqkv.empty()) add(row, l.bqkv.data(), QKV_);
-        float* q = q_row(t);                                // [H*Dh]
-        float* k = k_row(t);                                // [Hk*Dh]
-        std::memcpy(q, row, (size_t)HD_ * 4);
-        std::memcpy(k, row + HD_, (size_t)KD_ * 4);
-        std::memcpy(v_row(t), row + HD_ + KD_, (size_t)KD_ * 4);
-        rope(q, H_, Dh_, R_, c.pos[t], cfg_.rope_freq_base, /*neox=*/true, factors, attn_factor_);
-        rope(k, Hk_, Dh_, R_, c.pos[t], cfg_.rope_freq_base, /*neox=*/true, factors, attn_factor_);
-        for (int i = 0; i < HD_; i++) q[i] *= q_scale;
-        store_kv(il, c, t);
-      });
-      attention(il, c, q_, att_, /*kq_scale=*/1.0f);        // att [T, H*Dh]
+      if (l.bqkv) be_->add_bias(qkv_, QKV_, l.bqkv, T, QKV_);
+      be_->copy_cols(q_, HD_, qkv_, QKV_, T, HD_);           // q [T, H*Dh]
+      be_->copy_cols(k_, KD_, qkv_ + HD_, QKV_, T, KD_);     // k [T, Hk*Dh]
+      be_->copy_cols(v_, KD_, qkv_ + HD_ + KD_, QKV_, T, KD_);  // v [T, Hk*Dh]
+      be_->rope(q_, H_, Dh_, rope, T);
+      be_->rope(k_, Hk_, Dh_, rope, T);
+      be_->scale(q_, T, HD_, q_scale);
+      store_kv(il, T);
+      attention(il, q_, att_, T, /*kq_scale=*/1.0f);        // att [T, H*Dh]
       mm(l.wo, att_, y_, T);                                // y [T, D]
       add_rows(x_, y_, T);
       rmsnorm_rows(xn_, x_, l.ffn_norm, T);                 // xn [T, D]
       mm(l.wgate_up, xn_, gu_, T);                          // gu [T, 2F]
-      par_for(T, [&](int t) {
-        float* g = &gate_[(size_t)t * F_];                  // [F]
-        const float* gu = &gu_[(size_t)t * 2 * F_];
-        std::memcpy(g, gu, (size_t)F_ * 4);
-        silu_mul(g, gu + F_, F_);
-      });
+      be_->copy_cols(gate_, F_, gu_, 2 * F_, T, F_);        // gate [T, F]
+      be_->copy_cols(up_, F_, gu_ + F_, 2 * F_, T, F_);     // up [T, F]
+      be_->glu(Glu::silu, gate_, up_, T, F_);
       mm(l.wdown, gate_, y_, T);                            // y [T, D]
       add_rows(x_, y_, T);
     }
@@ -101,30 +93,36 @@ class Phi3 final : public Transformer {
   }
 
   struct Layer {
-    std::vector<float> attn_norm;  // [D] blk.N.attn_norm
+    const float* attn_norm;        // [D] blk.N.attn_norm
     QMatrix wqkv;                  // [D -> Q] blk.N.attn_qkv, rows Q | K | V
-    std::vector<float> bqkv;       // [Q] blk.N.attn_qkv.bias; empty when absent
+    const float* bqkv;             // [Q] blk.N.attn_qkv.bias; nullptr when absent
     QMatrix wo;                    // [H*Dh -> D] blk.N.attn_output
-    std::vector<float> ffn_norm;   // [D] blk.N.ffn_norm
+    const float* ffn_norm;         // [D] blk.N.ffn_norm
     QMatrix wgate_up;              // [D -> 2F] blk.N.ffn_up, rows gate | up
     QMatrix wdown;                 // [F -> D] blk.N.ffn_down
   };
   std::vector<Layer> layers_;        // [L]
   int R_ = 0;                        // rope dims
   int QKV_ = 0;                      // Q = H*Dh + 2*Hk*Dh
-  std::vector<float> rope_factors_;  // [R/2] the LongRoPE factors for C; empty = none
+  const float* rope_factors_;        // [R/2] the LongRoPE factors for C; nullptr = none
   float attn_factor_ = 1.f;          // rope.scaling.attn_factor
-  std::vector<float> qkv_;           // [Tm, Q]
-  std::vector<float> gu_;            // [Tm, 2F]
+  float* qkv_;                       // [Tm, Q]
+  float* gu_;                        // [Tm, 2F]
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_phi3(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
-                                 ThreadPool* pool) {
+std::unique_ptr<Transformer> load_phi3(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                       std::unique_ptr<Backend> be) {
   cfg.rope_neox = true;
   if (cfg.n_ff <= 0) throw std::runtime_error("model: phi3.feed_forward_length must be positive");
-  return std::make_unique<Phi3>(std::move(file), cfg, cap, pool);
+  be->require(cfg.arch, {Op::embed, Op::matmul, Op::rmsnorm, Op::add, Op::copy_cols, Op::rope, Op::scale,
+                         Op::store_kv, Op::attention, Op::glu_silu, Op::move_rows});
+  if (file->tensor("blk.0.attn_qkv.bias")) be->require(cfg.arch, {Op::add_bias});
+  if (file->tensor("rope_factors_long.weight") || file->tensor("rope_factors_short.weight") ||
+      file->get_float("phi3.rope.scaling.attn_factor", 1.0) != 1.0)
+    be->require(cfg.arch, {Op::rope_factors});
+  return std::make_unique<Phi3>(std::move(file), cfg, cap, std::move(be));
 }
 
 }  // namespace mb

@@ -19,39 +19,37 @@
 #include "model/transformer.h"
 
 namespace mb {
-namespace {
 using namespace model_detail;
+namespace {
 
 class Qwen3 final : public Transformer {
  public:
-  Qwen3(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
-      : Transformer(std::move(file), cfg, cap, pool) {
-    const WeightLoader w(*file_, cfg_);
+  Qwen3(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, std::unique_ptr<Backend> be)
+      : Transformer(std::move(file), cfg, cap, std::move(be)) {
+    const WeightLoader w(*file_, cfg_, be_.get());
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
-      layers_.push_back({w.attention(il, Biases::optional), w.vector(p + "attn_q_norm.weight", Dh_),
-                         w.vector(p + "attn_k_norm.weight", Dh_), w.swiglu(il)});
+      layers_.push_back({w.attention(il, Biases::optional), w.vec(p + "attn_q_norm.weight", Dh_),
+                         w.vec(p + "attn_k_norm.weight", Dh_), w.swiglu(il)});
     }
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
-    embed(c, x_);                                           // x [T, D]
+    embed(x_);                                              // x [T, D]
     Chunk r = c;  // the rows carried on: all of them, then in the last layer the wanted ones
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, c.T);              // xn [T, D]
       project_qkv(l.attn, xn_, c.T);                        // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(c.T, [&](int t) {
-        rmsnorm_heads(q_row(t), H_, l.q_norm);
-        rmsnorm_heads(k_row(t), Hk_, l.k_norm);
-        rope_heads(q_row(t), H_, c.pos[t]);
-        rope_heads(k_row(t), Hk_, c.pos[t]);
-        store_kv(il, c, t);
-      });
-      if (il == L_ - 1) r = wanted_rows(c, {{&x_, D_}, {&q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
+      rmsnorm_heads(q_, H_, l.q_norm, c.T);
+      rmsnorm_heads(k_, Hk_, l.k_norm, c.T);
+      rope_heads(q_, H_, c.T);
+      rope_heads(k_, Hk_, c.T);
+      store_kv(il, c.T);
+      if (il == L_ - 1) r = wanted_rows(c, {{x_, D_}, {q_, H_ * Dh_}});  // x [n, D], q [n, H*Dh]
       if (r.T == 0) break;
-      attention(il, r, q_, att_);                           // att [n, H*Dh]
+      attention(il, q_, att_, r.T);                         // att [n, H*Dh]
       mm(l.attn.wo, att_, y_, r.T);                         // y [n, D]
       add_rows(x_, y_, r.T);
       rmsnorm_rows(xn_, x_, l.ffn.norm, r.T);               // xn [n, D]
@@ -63,8 +61,8 @@ class Qwen3 final : public Transformer {
 
   struct Layer {
     AttentionWeights attn;     // blk.N.attn_norm, attn_{q,k,v,output}; attn_{q,k,v}.bias if present
-    std::vector<float> q_norm; // [Dh] blk.N.attn_q_norm
-    std::vector<float> k_norm; // [Dh] blk.N.attn_k_norm
+    const float* q_norm;       // [Dh] blk.N.attn_q_norm
+    const float* k_norm;       // [Dh] blk.N.attn_k_norm
     SwiGluWeights ffn;         // blk.N.ffn_norm, ffn_{gate,up,down}
   };
   std::vector<Layer> layers_;  // [L]
@@ -72,11 +70,15 @@ class Qwen3 final : public Transformer {
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3(std::shared_ptr<GgufFile> file, ModelConfig cfg, const model_detail::Capacity& cap,
-                                  ThreadPool* pool) {
+std::unique_ptr<Transformer> load_qwen3(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                        std::unique_ptr<Backend> be) {
   cfg.rope_neox = true;
   if (cfg.n_ff <= 0) throw std::runtime_error("model: qwen3.feed_forward_length must be positive");
-  return std::make_unique<Qwen3>(std::move(file), cfg, cap, pool);
+  be->require(cfg.arch, {Op::embed, Op::matmul, Op::rmsnorm, Op::add, Op::rope, Op::store_kv, Op::attention,
+                         Op::glu_silu, Op::move_rows});
+  if (file->tensor("blk.0.attn_q.bias") || file->tensor("blk.0.attn_k.bias") || file->tensor("blk.0.attn_v.bias"))
+    be->require(cfg.arch, {Op::add_bias});
+  return std::make_unique<Qwen3>(std::move(file), cfg, cap, std::move(be));
 }
 
 }  // namespace mb

@@ -20,61 +20,48 @@
 #include "model/transformer.h"
 
 namespace mb {
-namespace {
 using namespace model_detail;
+namespace {
 
 class Qwen3Moe final : public Transformer {
  public:
-  Qwen3Moe(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, ThreadPool* pool)
-      : Transformer(std::move(file), cfg, cap, pool), E_(cfg.n_expert), Ek_(cfg.n_expert_used) {
-    const WeightLoader w(*file_, cfg_);
+  Qwen3Moe(std::shared_ptr<GgufFile> file, const ModelConfig& cfg, const Capacity& cap, std::unique_ptr<Backend> be)
+      : Transformer(std::move(file), cfg, cap, std::move(be)), E_(cfg.n_expert), Ek_(cfg.n_expert_used) {
+    const WeightLoader w(*file_, cfg_, be_.get());
     for (int il = 0; il < L_; il++) {
       const std::string p = WeightLoader::blk(il);
-      layers_.push_back({w.attention(il, Biases::optional), w.vector(p + "attn_q_norm.weight", Dh_),
-                         w.vector(p + "attn_k_norm.weight", Dh_), w.moe(il)});
+      const MoeWeights m = w.moe(il);
+      layers_.push_back({w.attention(il, Biases::optional), w.vec(p + "attn_q_norm.weight", Dh_),
+                         w.vec(p + "attn_k_norm.weight", Dh_), m.norm, m.router,
+                         ExpertFfn{m.gate, m.up, m.down, E_, ExpertAct::swiglu}});
     }
-    probs_.assign((size_t)Tm_ * E_, 0.f);
-    sel_.assign((size_t)Tm_ * Ek_, 0);
-    selw_.assign((size_t)Tm_ * Ek_, 0.f);
-    res_.assign((size_t)Tm_ * Ek_ * D_, 0.f);
+    probs_ = be_->alloc((size_t)Tm_ * E_);
+    sel_ = be_->alloc_i32((size_t)Tm_ * Ek_);
+    selw_ = be_->alloc((size_t)Tm_ * Ek_);
+    res_ = be_->alloc((size_t)Tm_ * Ek_ * D_);
   }
 
  private:
   void forward_chunk(const Chunk& c, float* logits) override {
     const int T = c.T;
-    embed(c, x_);                                           // x [T, D]
+    embed(x_);                                              // x [T, D]
     for (int il = 0; il < L_; il++) {
       const Layer& l = layers_[il];
       rmsnorm_rows(xn_, x_, l.attn.norm, T);                // xn [T, D]
       project_qkv(l.attn, xn_, T);                          // q [T, H*Dh], k, v [T, Hk*Dh]
-      par_for(T, [&](int t) {
-        rmsnorm_heads(q_row(t), H_, l.q_norm);
-        rmsnorm_heads(k_row(t), Hk_, l.k_norm);
-        rope_heads(q_row(t), H_, c.pos[t]);
-        rope_heads(k_row(t), Hk_, c.pos[t]);
-        store_kv(il, c, t);
-      });
-      attention(il, c, q_, att_);                           // att [T, H*Dh]
+      rmsnorm_heads(q_, H_, l.q_norm, T);
+      rmsnorm_heads(k_, Hk_, l.k_norm, T);
+      rope_heads(q_, H_, T);
+      rope_heads(k_, Hk_, T);
+      store_kv(il, T);
+      attention(il, q_, att_, T);                           // att [T, H*Dh]
       mm(l.attn.wo, att_, y_, T);                           // y [T, D]
       add_rows(x_, y_, T);
-      rmsnorm_rows(xn_, x_, l.ffn.norm, T);                 // xn [T, D]
-      mm(l.ffn.router, xn_, probs_, T);                     // probs [T, E]: router logits, softmaxed next
-      par_for(T, [&](int t) {
-        route_top_k(&probs_[(size_t)t * E_], E_, Ek_, &sel_[(size_t)t * Ek_], &selw_[(size_t)t * Ek_]);
-      });
-      run_experts(l.ffn, xn_, sel_, T, res_);               // res [T, Ek, D]
-      // each expert's output scaled, then summed in rank order, as ggml's mul + add chain does
-      par_for(T, [&](int t) {
-        float* y = &y_[(size_t)t * D_];                     // [D]
-        for (int k = 0; k < Ek_; k++) {
-          const float w = selw_[(size_t)t * Ek_ + k];
-          const float* r = &res_[((size_t)t * Ek_ + k) * D_];
-          if (k == 0)
-            for (int d = 0; d < D_; d++) y[d] = r[d] * w;
-          else
-            for (int d = 0; d < D_; d++) y[d] += r[d] * w;
-        }
-      });
+      rmsnorm_rows(xn_, x_, l.ffn_norm, T);                 // xn [T, D]
+      mm(l.router, xn_, probs_, T);                         // probs [T, E]: router logits, softmaxed next
+      be_->route(Routing::softmax_top_k, probs_, E_, Ek_, sel_, selw_, T);  // sel, selw [T, Ek]
+      run_experts(l.experts, xn_, Ek_, sel_, res_, T);      // res [T, Ek, D]
+      be_->weighted_sum(y_, res_, selw_, Ek_, D_, T);       // y [T, D] = sum_k res[t, k] * selw[t, k]
       add_rows(x_, y_, T);
     }
     logits_of_wanted(c, x_, logits);                        // [wanted rows, V]
@@ -82,27 +69,33 @@ class Qwen3Moe final : public Transformer {
 
   struct Layer {
     AttentionWeights attn;     // blk.N.attn_norm, attn_{q,k,v,output}; attn_{q,k,v}.bias if present
-    std::vector<float> q_norm; // [Dh] blk.N.attn_q_norm
-    std::vector<float> k_norm; // [Dh] blk.N.attn_k_norm
-    MoeWeights ffn;            // blk.N.ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps
+    const float* q_norm;       // [Dh] blk.N.attn_q_norm
+    const float* k_norm;       // [Dh] blk.N.attn_k_norm
+    const float* ffn_norm;     // [D] blk.N.ffn_norm
+    QMatrix router;            // [D -> E] blk.N.ffn_gate_inp
+    ExpertFfn experts;         // blk.N.ffn_{gate,up,down}_exps, SwiGLU
   };
   const int E_, Ek_;
   std::vector<Layer> layers_;         // [L]
-  std::vector<float> probs_;          // [Tm, E] router probabilities
-  std::vector<int> sel_;              // [Tm, Ek] chosen experts, best first
-  std::vector<float> selw_;           // [Tm, Ek] their renormalized weights
-  std::vector<float> res_;            // [Tm, Ek, D] expert outputs per (token, rank)
+  float* probs_;                      // [Tm, E] router probabilities
+  int32_t* sel_;                      // [Tm, Ek] chosen experts, best first
+  float* selw_;                       // [Tm, Ek] their renormalized weights
+  float* res_;                        // [Tm, Ek, D] expert outputs per (token, rank)
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3moe(std::shared_ptr<GgufFile> file, ModelConfig cfg,
-                                     const model_detail::Capacity& cap, ThreadPool* pool) {
+std::unique_ptr<Transformer> load_qwen3moe(std::shared_ptr<GgufFile> file, ModelConfig cfg, const Capacity& cap,
+                                           std::unique_ptr<Backend> be) {
   cfg.rope_neox = true;
   if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || cfg.n_expert_used > cfg.n_expert || cfg.n_ff <= 0)
     throw std::runtime_error(
         "model: qwen3moe needs expert_count >= expert_used_count > 0 and expert_feed_forward_length");
-  return std::make_unique<Qwen3Moe>(std::move(file), cfg, cap, pool);
+  be->require(cfg.arch, {Op::embed, Op::matmul, Op::rmsnorm, Op::add, Op::rope, Op::store_kv, Op::attention,
+                         Op::moe_route, Op::moe_experts, Op::weighted_sum, Op::move_rows});
+  if (file->tensor("blk.0.attn_q.bias") || file->tensor("blk.0.attn_k.bias") || file->tensor("blk.0.attn_v.bias"))
+    be->require(cfg.arch, {Op::add_bias});
+  return std::make_unique<Qwen3Moe>(std::move(file), cfg, cap, std::move(be));
 }
 
 }  // namespace mb

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (no Node, no network; nvcc, CMake and ninja from its image):
+# One call on a CUDA machine (no Node, no network; nvcc, CMake and ninja from its image):
 # build the CUDA harness for sm_90 and run it on Qwen3-8B-shaped random models in Q4_K and BF16,
 # then a SmolLM2-135M-shaped (llama, tied head) Q4_1 benchmark. The harness drives the product's
 # CUDA model (Model::load with Device::cuda): each checks phase compares its logits with the CPU
@@ -8,7 +8,7 @@
 # bf16.log, smollm2.json / smollm2.log. About 6-8 min.
 # With the (git-ignored, 30 MB) llama fixture carried along, the Q4_K run's checks also run it
 # through the engine's scheduler on the CPU backend and on the CUDA model (engine_* keys):
-#   run(command="bash native/bench/run-on-h200.sh", timeout_s=540, carry=["test/fixtures/llama-q8_0.gguf"])
+#   run(command="bash native/bench/cuda-checks.sh", timeout_s=540, carry=["test/fixtures/llama-q8_0.gguf"])
 # Exit status: the Q4_K run's (0 all checks passed, 1 a check failed, 3 no CUDA device), or 10 when
 # the build failed, 11 when no nvcc was found.
 set -uo pipefail
