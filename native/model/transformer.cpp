@@ -186,9 +186,9 @@ void Transformer::add_rows(std::vector<float>& x, const std::vector<float>& y, i
 }
 
 void Transformer::project_qkv(const AttentionWeights& w, const std::vector<float>& xn, int T) {
-  mm(w.wq, xn, q_, T);
-  mm(w.wk, xn, k_, T);
-  mm(w.wv, xn, v_, T);
+  const QMatrix* W[3] = {&w.wq, &w.wk, &w.wv};
+  float* y[3] = {q_.data(), k_.data(), v_.data()};
+  matmul_n(W, 3, xn.data(), y, T, pool_, &mm_scratch_);
   if (w.bq.empty() && w.bk.empty() && w.bv.empty()) return;
   par_for(T, [&](int t) {
     if (!w.bq.empty()) add(q_row(t), w.bq.data(), HD_);
@@ -259,8 +259,9 @@ void Transformer::attention(int il, const Chunk& c, const std::vector<float>& q,
 }
 
 void Transformer::swiglu(const SwiGluWeights& w, const std::vector<float>& xn, std::vector<float>& out, int T) {
-  mm(w.gate, xn, gate_, T);
-  mm(w.up, xn, up_, T);
+  const QMatrix* W[2] = {&w.gate, &w.up};
+  float* y[2] = {gate_.data(), up_.data()};
+  matmul_n(W, 2, xn.data(), y, T, pool_, &mm_scratch_);
   par_for(T, [&](int t) { silu_mul(&gate_[(size_t)t * F_], &up_[(size_t)t * F_], F_); });
   mm(w.down, gate_, out, T);
 }
