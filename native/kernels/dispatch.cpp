@@ -208,6 +208,10 @@ const char* kernels_backend() { return kq::active_table().name; }
 void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool, MatmulScratch* scratch) {
   kq::matmul_with(kq::active_table(), W, x, y, T, pool, scratch);
 }
+void matmul_n(const QMatrix* const* W, int n, const float* x, float* const* y, int T, ThreadPool* pool,
+              MatmulScratch* scratch) {
+  kq::matmul_n_with(kq::active_table(), W, n, x, y, T, pool, scratch);
+}
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   kq::active_table().rmsnorm(out, x, weight, n, eps);
 }

@@ -97,6 +97,9 @@ std::vector<AttnKernel> attention_kernels();
 // The GEMM driver with an explicit table.
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
                  MatmulScratch* scratch = nullptr);
+// matmul_with of each W[m] (m < n) with the same x into y[m]; see mb::matmul_n.
+void matmul_n_with(const KernelTable& kt, const QMatrix* const* W, int n, const float* x, float* const* y, int T,
+                   ThreadPool* pool, MatmulScratch* scratch = nullptr);
 // Quantize x[k] to W's partner type with the given table; returns bytes written per row.
 size_t quantize_row_for(const KernelTable& kt, GgmlType wtype, const float* x, void* y, int64_t k);
 

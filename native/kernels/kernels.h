@@ -41,6 +41,12 @@ struct MatmulScratch {
 // Supported W types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 void matmul(const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool, MatmulScratch* scratch = nullptr);
 
+// y[m][T, W[m].N] = x[T, K] · W[m]^T for m < n, all W[m] of the same K: the same bits as n
+// matmul calls. With one token (decode) and matrices of one partner type, x is quantized once and
+// the rows of all n matrices are shared out in one pool run (one wait instead of n).
+void matmul_n(const QMatrix* const* W, int n, const float* x, float* const* y, int T, ThreadPool* pool,
+              MatmulScratch* scratch = nullptr);
+
 // dst[k] = dequantized row `row` of W (embedding lookup, reference paths).
 void dequantize_row(const QMatrix& W, int64_t row, float* dst);
 

@@ -203,5 +203,59 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   else work(0, 1);
 }
 
+
+// One token through several matrices that read the same activations (q, k, v; gate, up): the
+// activations are quantized once and the rows of all of them shared out in one pool run, instead
+// of one run (and its wait for the slower thread) per matrix. Each row goes through the same tile
+// kernel with one token as in matmul_with, so the bits are the same.
+void matmul_n_with(const KernelTable& kt, const QMatrix* const* W, int n, const float* x, float* const* y, int T,
+                   ThreadPool* pool, MatmulScratch* scratch) {
+  bool fused = T == 1 && n > 1;
+  for (int m = 0; m < n && fused; m++) {
+    const int slot = type_slot(W[m]->type);
+    fused = slot >= 0 && kt.tile[slot] && W[m]->K == W[0]->K && vec_dot_type(W[m]->type) == vec_dot_type(W[0]->type);
+  }
+  if (!fused) {
+    for (int m = 0; m < n; m++) matmul_with(kt, *W[m], x, y[m], T, pool, scratch);
+    return;
+  }
+  const int64_t K = W[0]->K;
+  const GgmlType vt = vec_dot_type(W[0]->type);
+  const size_t xrb = ggml_row_bytes(vt, K);
+  // xq[xrb]: the token in the matrices' partner type
+  std::vector<uint8_t> local;
+  std::vector<uint8_t>& buf = scratch ? scratch->xq : local;
+  if (buf.size() < xrb) buf.resize(xrb);
+  quantize_row_for(kt, W[0]->type, x, buf.data(), K);
+  const uint8_t* xq = buf.data();
+  // strips of kRowTile rows of every matrix, one after the other, weighed by their bytes so each
+  // thread reads about as much as the other
+  size_t total = 0;
+  for (int m = 0; m < n; m++) total += ggml_row_bytes(W[m]->type, K) * (size_t)W[m]->N;
+  auto work = [&](int ith, int nth) {
+    const size_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;  // this thread's bytes
+    size_t base = 0;  // bytes of the matrices before m
+    for (int m = 0; m < n; m++) {
+      const QMatrix& w = *W[m];
+      const size_t wrb = ggml_row_bytes(w.type, K), mb = wrb * (size_t)w.N;
+      const TileFn tile = kt.tile[type_slot(w.type)];
+      // the strips whose first byte falls in [b0, b1)
+      auto first_strip = [&](size_t b) -> int64_t {
+        if (b <= base) return 0;
+        const size_t sb = wrb * kRowTile;
+        return (int64_t)std::min<size_t>((b - base + sb - 1) / sb, ((size_t)w.N + kRowTile - 1) / kRowTile);
+      };
+      const int64_t s0 = first_strip(b0), s1 = first_strip(b1);
+      for (int64_t r = s0 * kRowTile; r < std::min<int64_t>(w.N, s1 * kRowTile); r += kRowTile) {
+        const int nr = (int)std::min<int64_t>(kRowTile, w.N - r);
+        tile(K, w.data + (size_t)r * wrb, wrb, nr, xq, xrb, 1, y[m] + r, (size_t)w.N);
+      }
+      base += mb;
+    }
+  };
+  if (pool && pool->size() > 1) pool->run(work);
+  else work(0, 1);
+}
+
 }  // namespace kq
 }  // namespace mb

@@ -142,6 +142,11 @@ class Backend {
   // ---- ops on the current rows; x, y, out ... are backend memory ----
   virtual void embed(const QMatrix& W, float* x) = 0;                                    // x[T, D] = W[token]
   virtual void matmul(const QMatrix& W, const float* x, float* y, int T) = 0;            // y[T, N] = x[T, K]·W^T
+  // y[m][T, W[m]->N] = x[T, K]·W[m]^T for m < n, matrices sharing one input (q/k/v, gate/up): the
+  // same bits as n matmul calls; a backend may run them as one unit of work.
+  virtual void matmul_n(const QMatrix* const* W, int n, const float* x, float* const* y, int T) {
+    for (int m = 0; m < n; m++) matmul(*W[m], x, y[m], T);
+  }
   virtual void rmsnorm(float* out, const float* x, const float* w, int R, int n, float eps) = 0;  // w [n]
   virtual void add(float* x, const float* y, int R, int n) = 0;                          // x[R, n] += y[R, n]
   virtual void add_bias(float* x, size_t ld, const float* b, int R, int n) = 0;          // x[r][0, n) += b[n]

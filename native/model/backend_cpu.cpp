@@ -125,6 +125,10 @@ class CpuBackend final : public Backend {
   void matmul(const QMatrix& W, const float* x, float* y, int T) override {
     mb::matmul(W, x, y, T, pool_, &mm_scratch_);
   }
+  // One token: one pool run with x quantized once, instead of one per matrix (mb::matmul_n).
+  void matmul_n(const QMatrix* const* W, int n, const float* x, float* const* y, int T) override {
+    mb::matmul_n(W, n, x, y, T, pool_, &mm_scratch_);
+  }
   void rmsnorm(float* out, const float* x, const float* w, int R, int n, float eps) override {
     par_for(R, [&](int r) { mb::rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps); });
   }

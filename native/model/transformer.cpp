@@ -148,9 +148,9 @@ void Transformer::forward(const Batch& b, float* out) {
 }
 
 void Transformer::project_qkv(const AttentionWeights& w, const float* xn, int T) {
-  mm(w.wq, xn, q_, T);
-  mm(w.wk, xn, k_, T);
-  mm(w.wv, xn, v_, T);
+  const QMatrix* W[3] = {&w.wq, &w.wk, &w.wv};
+  float* y[3] = {q_, k_, v_};
+  be_->matmul_n(W, 3, xn, y, T);
   if (w.bq) be_->add_bias(q_, HD_, w.bq, T, HD_);
   if (w.bk) be_->add_bias(k_, KD_, w.bk, T, KD_);
   if (w.bv) be_->add_bias(v_, KD_, w.bv, T, KD_);
@@ -162,8 +162,9 @@ void Transformer::attention(int il, const float* q, float* att, int T, float kq_
 }
 
 void Transformer::swiglu(const SwiGluWeights& w, const float* xn, float* out, int T) {
-  mm(w.gate, xn, gate_, T);
-  mm(w.up, xn, up_, T);
+  const QMatrix* W[2] = {&w.gate, &w.up};
+  float* y[2] = {gate_, up_};
+  be_->matmul_n(W, 2, xn, y, T);
   be_->glu(Glu::silu, gate_, up_, T, F_);
   mm(w.down, gate_, out, T);
 }

@@ -2,12 +2,17 @@
 // Qwen2.5-Coder Q4_K_M files' (0.5B: D=896, F=4864, V=151936; 1.5B: D=1536, F=8960): ms per call
 // (fastest, mean, and CPU time per thread), weight GB/s and GFLOP/s (2*T*K*N) of the fastest call,
 // for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
-// usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME]
+// usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME] [--tokens T] [--threads N]
 //   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8, avx512-no16)
+//   avx512vnni, avx512-g8, avx512-no16); --tokens, --threads: that T (1: decode) or thread count only;
+//   --cold: each call reads a different copy of the matrix, out of copies that together exceed
+//   kColdBytes (more than the L3), so the weights come from memory as in a model's decode step,
+//   where every matrix is read once per token (without it a matrix that fits in the L3 is timed
+//   from the L3 after the first call)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
@@ -34,10 +39,16 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* only = nullptr;
   const char* table = nullptr;
+  int only_T = 0, only_threads = 0;
+  bool cold = false;
+  constexpr size_t kColdBytes = 256u << 20;
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--cold") == 0) cold = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) table = argv[++i];
+    else if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) only_T = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = std::atoi(argv[++i]);
   }
   const Shape shapes[] = {
       {"attn q/o 576x576", GgmlType::Q4_1, 576, 576},
@@ -94,13 +105,25 @@ int main(int argc, char** argv) {
       std::memcpy(&w[o], &h, 2);
       if (s.type == GgmlType::Q4_1 || s.type == GgmlType::Q4_K) std::memcpy(&w[o + 2], &h, 2);
     }
-    QMatrix W{s.type, s.K, s.N, w.data()};
+    // copies [n_copies][wb], the first being w's bytes, the others the same bytes elsewhere
+    const size_t n_copies = cold ? std::max<size_t>(2, kColdBytes / wb + 1) : 1;
+    std::vector<uint8_t> copies(cold ? n_copies * wb : 0);
+    for (size_t c = 0; c < (cold ? n_copies : 0); c++) std::memcpy(&copies[c * wb], w.data(), wb);
+    size_t next_copy = 0;
+    QMatrix W{s.type, s.K, s.N, cold ? copies.data() : w.data()};
+    auto rotate = [&] {
+      if (!cold) return;
+      next_copy = (next_copy + 1) % n_copies;
+      W.data = &copies[next_copy * wb];
+    };
     for (int T : {1, 8, 32, 512}) {
+      if (only_T && T != only_T) continue;
       std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       for (const KernelTable* kt : tables) {
         if (table && std::strcmp(kt->name, table) != 0) continue;
         for (int nth : {1, 2}) {
+          if (only_threads && nth != only_threads) continue;
           if (kt == &ref_table() && (T >= 32 || nth == 2)) continue;  // the scalar path only as a baseline
           if (quick && T == 512 && s.N >= 49152) continue;
           ThreadPool pool(nth);
@@ -111,6 +134,7 @@ int main(int argc, char** argv) {
           double el = 0, best = 1e30;
           const double cpu0 = cpu_seconds();
           while (iters < 3 || el < (quick ? 0.1 : 0.3)) {
+            rotate();
             auto t0 = std::chrono::steady_clock::now();
             matmul_with(*kt, W, x.data(), y.data(), T, &pool);
             const double d = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

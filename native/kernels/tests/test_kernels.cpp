@@ -593,6 +593,39 @@ static void test_certify() {
         cn.summary().c_str());
 }
 
+// matmul_n: the same bits as one matmul per matrix, fused (one token, one partner type: Q5_0 and
+// Q8_0 both take q8_0) or not (several tokens; partner types that differ: Q4_K takes q8_K), on 1
+// and 2 threads, with row counts not a multiple of the 4-row strip.
+static void test_matmul_n(const KernelTable& kt, ThreadPool* pool) {
+  const int64_t K = 512;
+  const GgmlType sets[][3] = {{GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0},
+                              {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_K},
+                              {GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q8_0}};
+  const int64_t rows[3] = {61, 6, 130};
+  for (const auto& types : sets)
+    for (int T : {1, 3}) {
+      std::vector<std::vector<uint8_t>> w(3);
+      QMatrix W[3];
+      const QMatrix* Wp[3];
+      std::vector<float> want[3], got[3];
+      float* y[3];
+      auto x = random_floats((size_t)T * K);
+      for (int m = 0; m < 3; m++) {
+        w[m] = random_rows(types[m], rows[m], K);
+        W[m] = QMatrix{types[m], K, rows[m], w[m].data()};
+        Wp[m] = &W[m];
+        want[m].assign((size_t)T * rows[m], NAN);
+        got[m].assign((size_t)T * rows[m], NAN);
+        y[m] = got[m].data();
+        matmul_with(kt, W[m], x.data(), want[m].data(), T, nullptr);
+      }
+      matmul_n_with(kt, Wp, 3, x.data(), y, T, pool);
+      for (int m = 0; m < 3; m++)
+        CHECK(std::memcmp(want[m].data(), got[m].data(), want[m].size() * 4) == 0,
+              "%s matmul_n %s/%s/%s T=%d threads %d: matrix %d differs from matmul", kt.name, tname(types[0]),
+              tname(types[1]), tname(types[2]), T, pool->size(), m);
+    }
+}
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "kernel_vectors";
   std::printf("active kernel table: %s\n", active_table().name);
@@ -604,12 +637,15 @@ int main(int argc, char** argv) {
   test_certify();
   ThreadPool p1(1), p2(2);
   test_matmul(ref_table(), &p1, &p2);
+  test_matmul_n(ref_table(), &p2);
   // avx2_table() is null unless compiled in and supported by this CPU
   if (const KernelTable* a = avx2_table()) {
     test_fast_vs_ref(*a);
     test_kquant_tiles(*a);
     test_matmul(*a, &p1, &p2);
     test_matmul_big(*a);
+    test_matmul_n(*a, &p1);
+    test_matmul_n(*a, &p2);
   } else {
     std::printf("SKIPPED: no AVX2/FMA/F16C kernels on this build or CPU\n");
   }
@@ -617,6 +653,8 @@ int main(int argc, char** argv) {
     test_fast_vs_ref(*v);
     test_matmul(*v, &p1, &p2);
     test_matmul_big(*v);
+    test_matmul_n(*v, &p1);
+    test_matmul_n(*v, &p2);
     test_gemm8_bits(*v, &p2);
     test_gemm8_bits(*v, &p1);
     test_gemm16_bits(*v);
