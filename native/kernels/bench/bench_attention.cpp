@@ -5,7 +5,9 @@
 // repeats, the least disturbed on a shared machine), GFLOP/s counting 4 * Dh flops per (row, key)
 // pair actually attended (QK and PV), and key+value GB/s read from the f16 cache. A third item,
 // "swa+sink", is a prefill item of gpt-oss's sliding-window layers (G = 8, W = 128, a sink per
-// head): the kernels skip the keys before the window, so its cost stays flat with depth.
+// head): the kernels skip the keys before the window, so its cost stays flat with depth. A fourth,
+// "qwen", is a prefill item of Qwen2.5-Coder-0.5B (G = 7, n = 13 positions: 91 rows, as the model
+// cuts a prefill) at the depths of a coding agent's first prompt (2.6k, 10k and 18k keys).
 // usage: bench_attention [--quick]     (--quick: depths up to 4096, no scalar references)
 //
 // Dimension legend: n query positions, G heads per KV head, Dh head dim, N = p0 + n keys.
@@ -36,10 +38,11 @@ int main(int argc, char** argv) {
     int n, G, window;
     bool sinks;
   };
+  const std::vector<int> depths = {0, 512, 2048, 8192, 16384, 32736}, agent_depths = {2600, 10000, 18000};
   for (const Item& item : {Item{"prefill", 32, 3, 0, false}, Item{"decode", 1, 3, 0, false},
-                           Item{"swa+sink", 32, 8, 128, true}}) {
+                           Item{"swa+sink", 32, 8, 128, true}, Item{"qwen", 13, 7, 0, false}}) {
     const int n = item.n, G = item.G;
-    for (int p0 : {0, 512, 2048, 8192, 16384, 32736}) {
+    for (int p0 : G == 7 ? agent_depths : depths) {
       if (quick && p0 > 4096) continue;
       const int N = p0 + n;
       std::vector<float> sinks(G);
