@@ -1,4 +1,4 @@
-// Attention kernel throughput on the default model's shape (SmolLM2-135M: G = 3, Dh = 64), one
+// Attention kernel throughput on SmolLM2-135M's shape (G = 3, Dh = 64), one
 // thread, for every attention kernel this build and CPU can run (attention_kernels()): a prefill
 // item (n = 32 positions, 96 query rows, as the model cuts a prefill) and a decode item (one
 // position, 3 rows) at several depths p0 of the cache. Reports ms per call (fastest of the
