@@ -114,8 +114,12 @@ describe("stop matcher", () => {
     const doc = JSON.parse(readFileSync("openapi.json", "utf8"));
     for (const name of ["ChatCompletionRequest", "TextCompletionRequest", "AnthropicMessagesRequest", "ResponsesRequest"]) {
       const props = doc.components.schemas[name].properties;
-      const list = props.stop.oneOf.find((b: { type: string }) => b.type === "array");
-      const one = props.stop.oneOf.find((b: { type: string }) => b.type === "string");
+      // A branch may be a named component (the SDK generators need a name for the list).
+      const deref = (b: { $ref?: string; type?: string }) => (b.$ref ? doc.components.schemas[b.$ref.split("/").pop()!] : b);
+      const branches = props.stop.oneOf.map(deref);
+      const list = branches.find((b: { type: string }) => b.type === "array");
+      const one = branches.find((b: { type: string }) => b.type === "string");
+      expect(list, name).to.not.equal(undefined);
       expect(list.maxItems, name).to.equal(MAX_STOP_STRINGS);
       expect(list.items.maxLength, name).to.equal(MAX_STOP_LENGTH);
       expect(one.maxLength, name).to.equal(MAX_STOP_LENGTH);
