@@ -1526,7 +1526,30 @@ export function buildOpenapi() {
       },
       headers,
       responses,
-      schemas,
+      schemas: withGoTagChecks(schemas),
     },
   };
+}
+
+/**
+ * A `type` tag fixed by `const` also carries the Go struct tag that checks it. openapi-generator
+ * go ignores `const`, so a oneOf of objects that differ only by their tag ({"type":"ping"} and
+ * {"type":"message_stop"}) matched several branches and did not decode; it runs the `validate`
+ * struct tags while it tries each branch. A `pattern` would do the same, but redocly then no longer
+ * sees the branches as exclusive; other generators ignore x- keys.
+ */
+function withGoTagChecks(all) {
+  const visit = (node) => {
+    if (Array.isArray(node)) return node.map(visit);
+    if (node === null || typeof node !== "object") return node;
+    const out = Object.fromEntries(Object.entries(node).map(([k, v]) => [k, visit(v)]));
+    const tag = out.properties?.type;
+    if (tag?.type === "string" && typeof tag.const === "string") {
+      // Tags are words and dots; a dot is written [.] (a struct tag keeps no backslash).
+      if (!/^[a-z0-9_.]+$/.test(tag.const)) throw new Error(`tag ${JSON.stringify(tag.const)}: only [a-z0-9_.] has a struct-tag form here`);
+      out.properties = { ...out.properties, type: { ...tag, "x-go-custom-tag": `validate:"regexp=^${tag.const.replaceAll(".", "[.]")}$"` } };
+    }
+    return out;
+  };
+  return visit(all);
 }

@@ -9,11 +9,12 @@
 //   openapi-generator -g typescript-fetch   generate; tsc --strict with a small program; run it
 //   openapi-fetch                  typed by src/generated/types.ts; tsc --strict; run it
 //   openapi-generator -g java (native, okhttp-gson)  generate; mvn compile with a program; run it
-//   openapi-generator -g kotlin    generate; mvn compile (contract-tests/sdk/kotlin/pom.xml); run it
+//   openapi-generator -g kotlin    generate (with kotlin/fix_template.py's template); mvn compile
+//                                  (contract-tests/sdk/kotlin/pom.xml); run it
 //   openapi-generator -g rust      generate; cargo build with a program; run it
 //
-// The java and rust programs also stream chat completions, messages and responses, decoding each
-// event's data into the generated event types.
+// Every program also streams chat completions, messages and responses, decoding each event's data
+// into the generated event types (openapi-fetch: typing it as them).
 //
 // Operations called: listModels, createChatCompletion, createCompletion, createMessage,
 // countMessageTokens, createResponse (not streamed), plus a refused logprobs (400 naming it).
@@ -135,6 +136,7 @@ function cacheKey(versions) {
   const h = createHash("sha256");
   h.update(readFileSync(join(ROOT, "openapi.json")));
   for (const g of GENERATORS) h.update(readFileSync(join(HERE, "generators", `${g}.yaml`)));
+  h.update(readFileSync(join(HERE, "kotlin", "fix_template.py")));
   h.update(readFileSync(fileURLToPath(import.meta.url))); // how this file lays the clients out
   h.update(JSON.stringify([versions["openapi-generator-cli"], versions["openapi-python-client"], versions.java, versions.cargo]));
   return h.digest("hex").slice(0, 16);
@@ -160,10 +162,18 @@ function generate(dir) {
     good = false;
   } else ok("openapi-python-client generate");
 
+  // kotlin: the stock data_class template with its null check fixed (kotlin/fix_template.py says why).
+  const kotlinTemplates = join(tmp, "kotlin-templates");
+  const fix = sh("python3", [join(HERE, "kotlin", "fix_template.py"), kotlinTemplates]);
+  if (fix.status !== 0) {
+    fail("openapi-generator kotlin template", fix.out);
+    return false;
+  }
   const configs = GENERATORS.map((g) => {
     const file = join(tmp, `${g}.yaml`);
     const body = readFileSync(join(HERE, "generators", `${g}.yaml`), "utf8");
-    writeFileSync(file, `inputSpec: ${spec}\noutputDir: ${join(tmp, g)}\n${body}`);
+    const templates = g === "kotlin" ? `templateDir: ${kotlinTemplates}\n` : "";
+    writeFileSync(file, `inputSpec: ${spec}\noutputDir: ${join(tmp, g)}\n${templates}${body}`);
     return file;
   });
   const og = sh("openapi-generator-cli", ["batch", "--fail-fast", ...configs]);

@@ -5,8 +5,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -30,6 +34,31 @@ func apiError(err error) error {
 		return fmt.Errorf("%s: %s", e.Error(), string(e.Body()))
 	}
 	return err
+}
+
+// sse is the SSE framing: it POSTs body and hands each event's data to onData until the stream ends.
+func sse(url string, body any, onData func([]byte) error) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok && data != "[DONE]" {
+			if err := onData([]byte(data)); err != nil {
+				return err
+			}
+		}
+	}
+	return lines.Err()
 }
 
 func main() {
@@ -145,6 +174,78 @@ func main() {
 			return fmt.Errorf("usage %+v", out.Usage)
 		}
 		return nil
+	})
+
+	// Streams: each data line decodes into the generated union of the route's events (one
+	// branch pointer is set), so an event schema the client cannot read fails the check.
+	check("createChatCompletion stream", func() error {
+		msg := mashbox.NewChatMessage("user")
+		msg.SetContent(mashbox.StringAsChatMessageContent(&question))
+		req := mashbox.NewChatCompletionRequest([]mashbox.ChatMessage{*msg})
+		req.SetMaxTokens(8)
+		req.SetStream(true)
+		text, finished := "", false
+		err := sse(base+"/v1/chat/completions", req, func(data []byte) error {
+			var payload mashbox.ChatCompletionStreamPayload
+			if err := json.Unmarshal(data, &payload); err != nil || payload.ChatCompletionChunk == nil {
+				return fmt.Errorf("%v: %s", err, data)
+			}
+			for _, c := range payload.ChatCompletionChunk.Choices {
+				if c.Delta.Content.Get() != nil {
+					text += *c.Delta.Content.Get()
+				}
+				finished = finished || c.FinishReason.Get() != nil
+			}
+			return nil
+		})
+		if err == nil && (text == "" || !finished) {
+			err = fmt.Errorf("text %q, finished %v", text, finished)
+		}
+		return err
+	})
+
+	check("createMessage stream", func() error {
+		req := mashbox.NewAnthropicMessagesRequest([]mashbox.AnthropicInputMessage{*user})
+		req.SetMaxTokens(8)
+		req.SetStream(true)
+		text, stopped := "", false
+		err := sse(base+"/v1/messages", req, func(data []byte) error {
+			var event mashbox.AnthropicStreamEvent
+			if err := json.Unmarshal(data, &event); err != nil {
+				return fmt.Errorf("%v: %s", err, data)
+			}
+			if d := event.AnthropicContentBlockDeltaEvent; d != nil && d.Delta.AnthropicTextDelta != nil {
+				text += d.Delta.AnthropicTextDelta.Text
+			}
+			stopped = stopped || event.AnthropicMessageStopEvent != nil
+			return nil
+		})
+		if err == nil && (text == "" || !stopped) {
+			err = fmt.Errorf("text %q, message_stop %v", text, stopped)
+		}
+		return err
+	})
+
+	check("createResponse stream", func() error {
+		req := mashbox.NewResponsesRequest(mashbox.StringAsResponsesRequestInput(&question))
+		req.SetMaxOutputTokens(8)
+		req.SetStream(true)
+		text, done := "", false
+		err := sse(base+"/v1/responses", req, func(data []byte) error {
+			var event mashbox.ResponsesStreamEvent
+			if err := json.Unmarshal(data, &event); err != nil {
+				return fmt.Errorf("%v: %s", err, data)
+			}
+			if d := event.ResponsesOutputTextDeltaEvent; d != nil {
+				text += d.Delta
+			}
+			done = done || event.ResponsesCompletedEvent != nil || event.ResponsesIncompleteEvent != nil
+			return nil
+		})
+		if err == nil && (text == "" || !done) {
+			err = fmt.Errorf("text %q, completed %v", text, done)
+		}
+		return err
 	})
 
 	if failed > 0 {

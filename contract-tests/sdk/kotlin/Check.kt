@@ -36,6 +36,15 @@ fun <T> retrofit2.Call<T>.answer(): T {
 
 class ApiError(val status: Int, val body: String) : Exception("$status $body")
 
+/** The SSE framing: POSTs body (written by the client's gson) and hands each event's data to onData. */
+fun sse(url: String, body: Any, onData: (String) -> Unit) {
+    val req = java.net.http.HttpRequest.newBuilder(java.net.URI.create(url)).header("Content-Type", "application/json")
+        .POST(java.net.http.HttpRequest.BodyPublishers.ofString(Serializer.gson.toJson(body))).build()
+    val resp = java.net.http.HttpClient.newHttpClient().send(req, java.net.http.HttpResponse.BodyHandlers.ofLines())
+    expect(resp.statusCode() == 200) { "status ${resp.statusCode()}" }
+    resp.body().filter { it.startsWith("data: ") && it != "data: [DONE]" }.forEach { onData(it.removePrefix("data: ")) }
+}
+
 inline fun <reified T> decode(data: String): T = Serializer.gson.fromJson(data, T::class.java) ?: throw AssertionError("no ${T::class.simpleName}: $data")
 
 fun main(args: Array<String>) {
@@ -83,8 +92,41 @@ fun main(args: Array<String>) {
         expect(out.id.startsWith("resp_") && last is ResponsesMessageItem && last.content.isNotEmpty()) { out }
     }
 
-    // No stream checks: the oneOf wrappers validate each branch first, and the generated
-    // validators fail on the nulls the events carry (a required nullable enum such as
-    // finish_reason, usage: null), so no event decodes (docs/CONTRACT.md).
+    // Streams: each data line decodes into the generated union of the route's events through the
+    // client's own gson (each oneOf wrapper validates its branches), so an event schema the client
+    // cannot read fails the check. Generated with the data_class template fix of run.mjs (the
+    // stock validators read a required nullable enum or object without a null check).
+    check("createChatCompletion stream") {
+        var text = ""
+        var finished = false
+        sse("$base/v1/chat/completions", ChatCompletionRequest(messages = listOf(user), maxTokens = 8, stream = true)) { data ->
+            val chunk = decode<ChatCompletionStreamPayload>(data).actualInstance as? ChatCompletionChunk ?: throw AssertionError("not a chunk: $data")
+            for (c in chunk.choices) {
+                text += c.delta.content ?: ""
+                finished = finished || c.finishReason != null
+            }
+        }
+        expect(text.isNotEmpty() && finished) { "text '$text', finished $finished" }
+    }
+    check("createMessage stream") {
+        val kinds = mutableListOf<String>()
+        var text = ""
+        sse("$base/v1/messages", AnthropicMessagesRequest(messages = listOf(anthropicUser), maxTokens = 8, stream = true)) { data ->
+            val event = decode<AnthropicStreamEvent>(data).actualInstance!!
+            kinds += event::class.simpleName!!
+            if (event is AnthropicContentBlockDeltaEvent) (event.delta.actualInstance as? AnthropicTextDelta)?.let { text += it.text }
+        }
+        expect(kinds.first() == "AnthropicMessageStartEvent" && kinds.last() == "AnthropicMessageStopEvent" && text.isNotEmpty()) { "$kinds '$text'" }
+    }
+    check("createResponse stream") {
+        val kinds = mutableListOf<String>()
+        var text = ""
+        sse("$base/v1/responses", ResponsesRequest(input = ResponsesRequestInput(question), maxOutputTokens = 8, stream = true)) { data ->
+            val event = decode<ResponsesStreamEvent>(data).actualInstance!!
+            kinds += event::class.simpleName!!
+            if (event is ResponsesOutputTextDeltaEvent) text += event.delta
+        }
+        expect(kinds.first() == "ResponsesCreatedEvent" && kinds.last() in listOf("ResponsesCompletedEvent", "ResponsesIncompleteEvent") && text.isNotEmpty()) { "$kinds '$text'" }
+    }
     exitProcess(if (failed > 0) 1 else 0)
 }

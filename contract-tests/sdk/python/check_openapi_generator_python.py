@@ -7,7 +7,7 @@ import json
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from common import run_sdk_checks  # noqa: E402  (contract-tests/sdk/python/common.py)
+from common import run_sdk_checks, sse_data  # noqa: E402  (contract-tests/sdk/python/common.py)
 
 import mashbox_og as sdk  # noqa: E402
 from mashbox_og.exceptions import BadRequestException  # noqa: E402
@@ -82,6 +82,44 @@ def response():
     assert isinstance(item, sdk.ResponsesMessageItem), item
     assert item.content[0].text != ""
     assert 1 <= out.usage.output_tokens <= 8
+
+
+# Streams: each data line decodes into the generated union of the route's events (its
+# actual_instance is the branch), so an event schema the client cannot read fails the check.
+
+
+def chat_stream():
+    body = sdk.ChatCompletionRequest(messages=[user_chat_message()], max_tokens=8, stream=True)
+    text, finish = "", None
+    for data in sse_data(base_url + "/v1/chat/completions", body.to_json()):
+        event = sdk.ChatCompletionStreamPayload.from_json(data).actual_instance
+        assert isinstance(event, sdk.ChatCompletionChunk), event
+        for choice in event.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert text != "" and finish in ("stop", "length"), (text, finish)
+
+
+def message_stream():
+    body = sdk.AnthropicMessagesRequest(max_tokens=8, messages=[user_anthropic_message()], stream=True)
+    kinds, text = [], ""
+    for data in sse_data(base_url + "/v1/messages", body.to_json()):
+        event = sdk.AnthropicStreamEvent.from_json(data).actual_instance
+        kinds.append(type(event).__name__)
+        if isinstance(event, sdk.AnthropicContentBlockDeltaEvent) and isinstance(event.delta.actual_instance, sdk.AnthropicTextDelta):
+            text += event.delta.actual_instance.text
+    assert kinds[0] == "AnthropicMessageStartEvent" and kinds[-1] == "AnthropicMessageStopEvent" and text != "", (kinds, text)
+
+
+def response_stream():
+    body = sdk.ResponsesRequest(input=sdk.ResponsesRequestInput(question), max_output_tokens=8, stream=True)
+    kinds, text = [], ""
+    for data in sse_data(base_url + "/v1/responses", body.to_json()):
+        event = sdk.ResponsesStreamEvent.from_json(data).actual_instance
+        kinds.append(type(event).__name__)
+        if isinstance(event, sdk.ResponsesOutputTextDeltaEvent):
+            text += event.delta
+    assert kinds[0] == "ResponsesCreatedEvent" and kinds[-1] in ("ResponsesCompletedEvent", "ResponsesIncompleteEvent") and text != "", (kinds, text)
 
 
 run_sdk_checks("openapi-generator-python", globals())

@@ -3,10 +3,12 @@
 Usage: check_openapi_python_client.py GENERATED_DIR BASE_URL MODEL_ID
 Prints one "ok NAME" or "FAIL NAME: why" line per check (contract-tests/sdk/run.mjs counts them).
 """
+import json
+import os
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from common import run_sdk_checks  # noqa: E402  (contract-tests/sdk/python/common.py)
+from common import run_sdk_checks, sse_data  # noqa: E402  (contract-tests/sdk/python/common.py)
 
 from mashbox_client import AuthenticatedClient  # noqa: E402
 from mashbox_client.api.chat import create_chat_completion  # noqa: E402
@@ -85,6 +87,58 @@ def response():
     assert isinstance(item, m.ResponsesMessageItem), item
     assert isinstance(item.content[0], m.ResponsesOutputTextPart) and item.content[0].text != ""
     assert 1 <= out.usage.output_tokens <= 8
+
+
+# Streams. openapi-python-client writes no class for a oneOf that no operation's JSON names (the
+# event unions), only its branches: the branches come from the contract's own oneOf, and a data
+# line must decode into exactly one of them (each branch's from_dict checks its `type` const).
+CONTRACT = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "openapi.json")))
+
+
+def decode_event(union, data):
+    branches = [getattr(m, b["$ref"].rsplit("/", 1)[1]) for b in CONTRACT["components"]["schemas"][union]["oneOf"]]
+    decoded = []
+    for branch in branches:
+        try:
+            decoded.append(branch.from_dict(json.loads(data)))
+        except (KeyError, ValueError, TypeError):
+            pass
+    assert len(decoded) == 1, f"{union}: {len(decoded)} branches decode {data}"
+    return decoded[0]
+
+
+def chat_stream():
+    body = m.ChatCompletionRequest(messages=[m.ChatMessage(role=m.ChatMessageRole.USER, content=question)], max_tokens=8, stream=True)
+    text, finish = "", None
+    for data in sse_data(base_url + "/v1/chat/completions", json.dumps(body.to_dict())):
+        event = decode_event("ChatCompletionStreamPayload", data)
+        assert isinstance(event, m.ChatCompletionChunk), event
+        for choice in event.choices:
+            text += choice.delta.content if isinstance(choice.delta.content, str) else ""
+            finish = choice.finish_reason or finish
+    assert text != "" and finish is not None, (text, finish)
+
+
+def message_stream():
+    body = m.AnthropicMessagesRequest(max_tokens=8, messages=[m.AnthropicInputMessage(role=m.AnthropicInputMessageRole.USER, content=question)], stream=True)
+    kinds, text = [], ""
+    for data in sse_data(base_url + "/v1/messages", json.dumps(body.to_dict())):
+        event = decode_event("AnthropicStreamEvent", data)
+        kinds.append(type(event).__name__)
+        if isinstance(event, m.AnthropicContentBlockDeltaEvent) and isinstance(event.delta, m.AnthropicTextDelta):
+            text += event.delta.text
+    assert kinds[0] == "AnthropicMessageStartEvent" and kinds[-1] == "AnthropicMessageStopEvent" and text != "", (kinds, text)
+
+
+def response_stream():
+    body = m.ResponsesRequest(input_=question, max_output_tokens=8, stream=True)
+    kinds, text = [], ""
+    for data in sse_data(base_url + "/v1/responses", json.dumps(body.to_dict())):
+        event = decode_event("ResponsesStreamEvent", data)
+        kinds.append(type(event).__name__)
+        if isinstance(event, m.ResponsesOutputTextDeltaEvent):
+            text += event.delta
+    assert kinds[0] == "ResponsesCreatedEvent" and kinds[-1] in ("ResponsesCompletedEvent", "ResponsesIncompleteEvent") and text != "", (kinds, text)
 
 
 run_sdk_checks("openapi-python-client", globals())

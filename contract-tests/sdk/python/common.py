@@ -1,6 +1,8 @@
-"""One line per check, for contract-tests/sdk/run.mjs to count."""
+"""One line per check, for contract-tests/sdk/run.mjs to count; the SSE framing both scripts share."""
+import json
 import sys
 import traceback
+import urllib.request
 
 
 class Checks:
@@ -31,7 +33,21 @@ SDK_CHECKS = [
     ("createMessage", "message"),
     ("countMessageTokens", "count_tokens"),
     ("createResponse", "response"),
+    ("createChatCompletion stream", "chat_stream"),
+    ("createMessage stream", "message_stream"),
+    ("createResponse stream", "response_stream"),
 ]
+
+
+def sse_data(url, body_json):
+    """POSTs a JSON body and yields each event's data (the text after "data: ") until the stream ends."""
+    req = urllib.request.Request(url, data=body_json.encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200 and resp.headers["content-type"].startswith("text/event-stream"), resp.headers
+        for line in resp:
+            line = line.decode().rstrip("\r\n")
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield line[len("data: "):]
 
 
 def run_sdk_checks(sdk, script_globals):

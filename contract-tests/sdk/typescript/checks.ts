@@ -17,3 +17,16 @@ export class Checks {
 export function expect(condition: boolean, what: string): asserts condition {
   if (!condition) throw new Error(what);
 }
+
+/** The SSE framing: POSTs a JSON body and yields each event's data (after "data: ") until the stream ends. */
+export async function* sseData(url: string, body: unknown): AsyncGenerator<string> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  expect(res.status === 200 && !!res.body, `status ${res.status}`);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (let r = await reader.read(); !r.done; r = await reader.read()) {
+    const lines = (buf + r.value).split("\n");
+    buf = lines.pop()!;
+    for (const line of lines) if (line.startsWith("data: ") && line !== "data: [DONE]") yield line.slice("data: ".length);
+  }
+}

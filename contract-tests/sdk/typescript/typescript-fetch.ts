@@ -1,8 +1,23 @@
 // Calls a live mashbox through the typescript-fetch client openapi-generator made from
 // openapi.json. run.mjs copies this file next to the generated client (./client/), checks both
 // with tsc --strict and runs it: typescript-fetch.ts BASE_URL MODEL_ID.
-import { ChatApi, CompletionsApi, Configuration, MessagesApi, ModelsApi, ResponseError, ResponsesApi } from "./client/index";
-import { Checks, expect } from "./checks";
+import {
+  AnthropicMessagesRequestToJSON,
+  AnthropicStreamEventFromJSON,
+  ChatApi,
+  ChatCompletionRequestToJSON,
+  ChatCompletionStreamPayloadFromJSON,
+  CompletionsApi,
+  Configuration,
+  instanceOfChatCompletionChunk,
+  MessagesApi,
+  ModelsApi,
+  ResponseError,
+  ResponsesApi,
+  ResponsesRequestToJSON,
+  ResponsesStreamEventFromJSON,
+} from "./client/index";
+import { Checks, expect, sseData } from "./checks";
 
 const [base, modelId] = process.argv.slice(2) as [string, string];
 const config = new Configuration({ basePath: base });
@@ -54,6 +69,47 @@ await checks.run("createResponse", async () => {
   const last = out.output[out.output.length - 1]!;
   expect(out.id.startsWith("resp_") && last.type === "message" && last.content[0]!.text.length > 0, `answer ${JSON.stringify(out)}`);
   expect(out.usage != null && out.usage.outputTokens >= 1 && out.usage.outputTokens <= 8, `usage ${JSON.stringify(out.usage)}`);
+});
+
+// Streams: the body is written by the generated ToJSON (camelCase fields to wire names), each data
+// line read by the generated union's FromJSON; a line no branch recognizes decodes to {} (no
+// type), which fails the check.
+await checks.run("createChatCompletion stream", async () => {
+  let text = "";
+  let finished = false;
+  for await (const data of sseData(`${base}/v1/chat/completions`, ChatCompletionRequestToJSON({ messages: [{ role: "user", content: question }], maxTokens: 8, stream: true }))) {
+    const event = ChatCompletionStreamPayloadFromJSON(JSON.parse(data));
+    expect(instanceOfChatCompletionChunk(event), `not a chunk: ${data}`);
+    for (const c of event.choices) {
+      text += c.delta.content ?? "";
+      finished ||= c.finishReason != null;
+    }
+  }
+  expect(text !== "" && finished, `text ${JSON.stringify(text)}, finished ${finished}`);
+});
+
+await checks.run("createMessage stream", async () => {
+  const kinds: string[] = [];
+  let text = "";
+  for await (const data of sseData(`${base}/v1/messages`, AnthropicMessagesRequestToJSON({ maxTokens: 8, messages: [{ role: "user", content: question }], stream: true }))) {
+    const event = AnthropicStreamEventFromJSON(JSON.parse(data));
+    expect(typeof event.type === "string", `no branch: ${data}`);
+    kinds.push(event.type);
+    if (event.type === "content_block_delta" && event.delta.type === "text_delta") text += event.delta.text;
+  }
+  expect(kinds[0] === "message_start" && kinds.at(-1) === "message_stop" && text !== "", `events ${kinds.join(",")}, text ${JSON.stringify(text)}`);
+});
+
+await checks.run("createResponse stream", async () => {
+  const kinds: string[] = [];
+  let text = "";
+  for await (const data of sseData(`${base}/v1/responses`, ResponsesRequestToJSON({ input: question, maxOutputTokens: 8, stream: true }))) {
+    const event = ResponsesStreamEventFromJSON(JSON.parse(data));
+    expect(typeof event.type === "string", `no branch: ${data}`);
+    kinds.push(event.type);
+    if (event.type === "response.output_text.delta") text += event.delta;
+  }
+  expect(kinds[0] === "response.created" && ["response.completed", "response.incomplete"].includes(kinds.at(-1)!) && text !== "", `events ${kinds.join(",")}, text ${JSON.stringify(text)}`);
 });
 
 process.exitCode = checks.failed ? 1 : 0;
