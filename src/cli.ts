@@ -6,7 +6,7 @@ import { availableParallelism } from "node:os";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
 import type { CudaFootprint, CudaProbe, NativeAddon } from "./engine/native.js";
 import { notReadyError, unloadedModel } from "./engine/readiness.js";
-import { DEFAULTS, isLoopback, promptCacheDir } from "./config.js";
+import { AUTO_CTX_MAX, AUTO_KV_TOKENS, DEFAULTS, autoContext, isLoopback, promptCacheDir } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
 import { CONFORMANCE_COMMAND, CONFORMANCE_OPTIONS } from "./conformance/command.js";
@@ -26,7 +26,8 @@ run options:
   --host ADDR          Address to bind and answer to (default ${DEFAULTS.host}). Any non-loopback
                        address requires an API key (--api-key-file or MASHBOX_API_KEY).
   --port N             TCP port (default ${DEFAULTS.port}).
-  --ctx N              Context length per slot, in tokens (default ${DEFAULTS.n_ctx}).
+  --ctx N              Context length per slot, in tokens (default: the model's training
+                       context, at most ${AUTO_CTX_MAX} and ${AUTO_KV_TOKENS} over all slots).
   --slots N            Requests decoded together (default ${DEFAULTS.n_slots}).
   --threads N          CPU threads for the engine (default: all cores, ${availableParallelism()} here).
   --cache-ram MiB      Host memory for saved prompt states (default ${DEFAULTS.cache_ram_mib}).
@@ -70,6 +71,8 @@ export interface RunConfig {
   host: string;
   port: number;
   n_ctx: number;
+  /** No --ctx: n_ctx is sized from the model once its file is here (autoContext). */
+  ctx_from_model: boolean;
   n_slots: number;
   n_threads: number;
   cache_ram_mib: number;
@@ -134,6 +137,7 @@ export function parseRunArgs(args: string[]): RunConfig {
     host: values.host ?? DEFAULTS.host,
     port: intOption("port", values.port, DEFAULTS.port, 0, 65535),
     n_ctx: intOption("ctx", values.ctx, DEFAULTS.n_ctx, 16, 1 << 20),
+    ctx_from_model: values.ctx === undefined,
     n_slots: intOption("slots", values.slots, DEFAULTS.n_slots, 1, 256),
     n_threads: intOption("threads", values.threads, availableParallelism(), 1, 1024),
     cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
@@ -246,6 +250,17 @@ function checkModelOnDevice(cuda: { addon: NativeAddon; probe: CudaProbe }, mode
   if (err) throw new UsageError(err);
 }
 
+/** Without --ctx, n_ctx from the model's header (autoContext); a header it cannot read leaves the default (the load says why). */
+async function sizeContext(cfg: RunConfig, model_path: string): Promise<void> {
+  if (!cfg.ctx_from_model) return;
+  try {
+    const { loadAddon } = await import("./engine/native.js");
+    cfg.n_ctx = autoContext(loadAddon().ggufContext(model_path).n_ctx_train, cfg.n_slots);
+  } catch {
+    cfg.n_ctx = DEFAULTS.n_ctx;
+  }
+}
+
 async function cmdRun(args: string[]): Promise<number> {
   const cfg = parseRunArgs(args);
   if (args.includes("--help") || args.includes("-h")) {
@@ -262,7 +277,8 @@ async function cmdRun(args: string[]): Promise<number> {
   const cuda = await checkDevice(cfg.device);
   const ref = resolveModel(cfg.model);
   const model_id = ref.kind === "registry" ? ref.entry.id : ref.id;
-  // A model still to be pulled is checked once it is here (below).
+  // A model still to be pulled is sized and checked once it is here (below).
+  if (existsSync(ref.path)) await sizeContext(cfg, ref.path);
   if (cuda && existsSync(ref.path)) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
 
   const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
@@ -287,6 +303,7 @@ async function cmdRun(args: string[]): Promise<number> {
   try {
     if (ref.kind === "registry" && !ref.present) {
       await pull(ref.entry);
+      await sizeContext(cfg, ref.path);
       if (cuda) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
     }
     const { createEngine } = await import("./engine/engine.js");

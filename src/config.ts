@@ -19,6 +19,7 @@ export function packageFile(name: string): string {
 export const DEFAULTS = {
   host: "127.0.0.1",
   port: 8000,
+  /** --ctx when neither it nor the model's file says (autoContext). */
   n_ctx: 4096,
   n_slots: 4,
   cache_ram_mib: 8192,
@@ -27,6 +28,22 @@ export const DEFAULTS = {
   /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
   body_limit_mib: 8,
 } as const;
+
+/** The most --ctx that autoContext picks, and the most K/V tokens it gives all slots together. */
+export const AUTO_CTX_MAX = 32768;
+export const AUTO_KV_TOKENS = 131072;
+
+/**
+ * --ctx when it is not given: the model's training context, so an agent's first prompt (Claude
+ * Code's is ~19k tokens) fits without flags, as vLLM sizes max_model_len from the model. It stops
+ * at AUTO_CTX_MAX, and at AUTO_KV_TOKENS over all slots, so that many slots or a 128k model do not
+ * take gigabytes of K/V nobody asked for; never below DEFAULTS.n_ctx unless the model trains less.
+ */
+export function autoContext(n_ctx_train: number, n_slots: number): number {
+  if (n_ctx_train <= 0) return DEFAULTS.n_ctx;
+  const budget = Math.max(DEFAULTS.n_ctx, Math.floor(AUTO_KV_TOKENS / n_slots / 256) * 256);
+  return Math.min(n_ctx_train, AUTO_CTX_MAX, budget);
+}
 
 /** Where `mashbox pull` keeps models; MASHBOX_HOME moves it (tests, read-only homes). */
 export function cacheDir(): string {

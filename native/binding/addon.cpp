@@ -637,6 +637,24 @@ Napi::Value SetMaxSegment(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &bytes, sizeof bytes) == 0 ? 0 : -1);
 }
 
+// ggufContext(model_path) -> {architecture, n_ctx_train}: from the GGUF header alone (no weights
+// read), so `mashbox run` can size its context before the worker loads the model. n_ctx_train is
+// 0 when the file does not say.
+Napi::Value GgufContext(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "ggufContext(model_path)");
+  try {
+    const auto file = mb::GgufFile::open(info[0].As<Napi::String>().Utf8Value());
+    const std::string arch = file->get_str("general.architecture");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("architecture", arch);
+    o.Set("n_ctx_train", (double)std::max<int64_t>(0, file->get_int(arch + ".context_length", 0)));
+    return o;
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
 // checkGrammar(text, max_states): null when the grammar compiles and a bounded search of its
 // inputs (GrammarMatcher::find_dead_end) meets none the matcher gives up on; otherwise
 // {reason, input}: why, and the input that gets there (null for a grammar that does not compile).
@@ -709,6 +727,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("tcpInfo", Napi::Function::New(env, TcpInfo, "tcpInfo"));
   exports.Set("setMaxSegment", Napi::Function::New(env, SetMaxSegment, "setMaxSegment"));
   exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
+  exports.Set("ggufContext", Napi::Function::New(env, GgufContext, "ggufContext"));
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
   exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));

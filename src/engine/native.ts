@@ -200,6 +200,8 @@ export interface CudaFootprint {
 
 export interface NativeAddon {
   Engine: new () => NativeEngine;
+  /** From the GGUF header alone; n_ctx_train is 0 when the file does not say. Throws for a file that is not GGUF. */
+  ggufContext: (model_path: string) => { architecture: string; n_ctx_train: number };
   /** Present in an addon linked with the CUDA kernel set. */
   cuda?: true;
   cudaProbe?: () => CudaProbe;

@@ -8,6 +8,7 @@ import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { USAGE, parseRunArgs } from "../../src/cli.js";
+import { autoContext } from "../../src/config.js";
 import { pull, readRegistry, resolveModel } from "../../src/models.js";
 import { defaultModelPath } from "../helpers/server.js";
 
@@ -19,10 +20,11 @@ function cli(args: string[], env: Record<string, string> = {}) {
 // cache's disk tier) in a temp dir: its stderr so far, its exit, and a wait for a pattern in its
 // stderr.
 const homes: string[] = [];
-function startRun(ctx: number) {
+function startRun(ctx: number | null, model = defaultModelPath(), slots = 1) {
   const home = mkdtempSync(join(tmpdir(), "mb-cli-home-"));
   homes.push(home);
-  const child = spawn(process.execPath, ["bin/mashbox.js", "run", defaultModelPath(), "--port", "0", "--threads", "1", "--slots", "1", "--ctx", String(ctx)], {
+  const sizing = ctx === null ? [] : ["--ctx", String(ctx)];
+  const child = spawn(process.execPath, ["bin/mashbox.js", "run", model, "--port", "0", "--threads", "1", "--slots", String(slots), ...sizing], {
     stdio: ["ignore", "ignore", "pipe"],
     env: { ...process.env, MASHBOX_HOME: home },
   });
@@ -70,6 +72,34 @@ describe("cli", function () {
     const r = cli(["run", "--slots", "0"]);
     expect(r.status).to.equal(2);
     expect(r.stderr).to.match(/--slots must be between 1/);
+  });
+
+  it("without --ctx, the context is the model's training context, bounded (autoContext)", () => {
+    expect(parseRunArgs([])).to.include({ ctx_from_model: true });
+    expect(parseRunArgs(["--ctx", "2048"])).to.include({ ctx_from_model: false, n_ctx: 2048 });
+    expect(autoContext(32768, 4)).to.equal(32768); // the default model, the default slots
+    expect(autoContext(4096, 4)).to.equal(4096);
+    expect(autoContext(2048, 1)).to.equal(2048); // a model that trains less keeps its own
+    expect(autoContext(131072, 1)).to.equal(32768); // at most AUTO_CTX_MAX per slot
+    expect(autoContext(32768, 8)).to.equal(16384); // at most AUTO_KV_TOKENS over all slots
+    expect(autoContext(32768, 256)).to.equal(4096); // never below the default
+    expect(autoContext(0, 4)).to.equal(4096); // a file that does not say
+  });
+
+  it("run: without --ctx serves the model's training context (gemma3 fixture: 32768; 8 slots: 16384)", async () => {
+    for (const [slots, want] of [
+      [1, 32768],
+      [8, 16384],
+    ]) {
+      const run = startRun(null, "test/fixtures/gemma3-q8_0.gguf", slots);
+      try {
+        await run.waitFor(/ready —/, 60000);
+      } finally {
+        run.child.kill("SIGTERM");
+      }
+      await run.exited;
+      expect(run.stderr()).to.include(`(${slots} slots × ${want} tokens`);
+    }
   });
 
   it("--device cuda fails clearly on a build without CUDA", () => {
