@@ -12,7 +12,7 @@ import { ApiError } from "./errors.js";
 import { operations, type OperationId } from "./generated/operations.js";
 import { handlers } from "./handlers/index.js";
 import type { Handler } from "./handlers/types.js";
-import { STATE, type AppDeps } from "./app/context.js";
+import { STATE, matchedRoute, type AppDeps, type MatchedRoute } from "./app/context.js";
 import { notReadyError } from "./engine/readiness.js";
 import { createMetrics } from "./metrics.js";
 import { ApiKeys, requireJson, securityMiddleware } from "./security.js";
@@ -106,7 +106,7 @@ export function createApp(opts: AppOptions): MashboxApp {
     keys: opts.api_keys ?? null,
     allowed_hosts: opts.allowed_hosts,
     metrics_without_key: opts.metrics_without_key,
-    operation: (ctx) => ctx.state.mashbox_op as OperationId | undefined,
+    operation: (ctx) => matchedRoute(ctx)?.id,
   });
 
   // openapi.json is OpenAPI 3.1 (JSON Schema 2020-12); openapi-backend's own definition check
@@ -174,7 +174,7 @@ export function createApp(opts: AppOptions): MashboxApp {
   };
 
   /** operationId of (method, path), or of the path under another method (for a 405's contract check). */
-  function routeOf(method: string, path: string): { id: OperationId; method_matches: boolean } | null {
+  function routeOf(method: string, path: string): MatchedRoute | null {
     const match = (m: string) => api.router.matchOperation({ method: m, path, headers: {} }) as { operationId?: string } | undefined;
     const m = match(method);
     if (m?.operationId) return { id: m.operationId as OperationId, method_matches: true };
@@ -208,7 +208,7 @@ export function createApp(opts: AppOptions): MashboxApp {
       const left = !ctx.res.writableFinished;
       const status = left && !ctx.res.headersSent ? 499 : ctx.status;
       log(`${ctx.method} ${ctx.path} ${status} ${ms}ms${left ? " client-closed" : ""}${session ? ` session=${session}` : ""}`);
-      metrics.http((ctx.state.mashbox_op as string | undefined) ?? "unmatched", status);
+      metrics.http(matchedRoute(ctx)?.id ?? "unmatched", status);
     });
     await next();
   });
@@ -229,18 +229,14 @@ export function createApp(opts: AppOptions): MashboxApp {
   app.use(async (ctx, next) => {
     await apiReady;
     const route = routeOf(ctx.method, ctx.path);
-    if (route) {
-      ctx.state.mashbox_op = route.id;
-      ctx.state.mashbox_method_matches = route.method_matches;
-    }
+    if (route) ctx.state[STATE.route] = route;
     await next();
   });
 
   app.use(security);
 
   app.use(async (ctx, next) => {
-    const id = ctx.state.mashbox_op as OperationId | undefined;
-    const route = id ? { id, method_matches: ctx.state.mashbox_method_matches === true } : null;
+    const route = matchedRoute(ctx);
     if (ctx.method === "HEAD") {
       // Every path answers HEAD as the ready check does.
       await handlers.headHealth(undefined as never, ctx, deps);
@@ -272,7 +268,7 @@ export function createApp(opts: AppOptions): MashboxApp {
   });
 
   function checkContract(ctx: Koa.Context, rec: ContractRecorder): void {
-    const id = ctx.state.mashbox_op as OperationId | undefined;
+    const id = matchedRoute(ctx)?.id;
     if (!id) return; // unknown path: nothing documented to hold it to
     const op = ctx.method === "HEAD" ? (ctx.path === "/v1/health" ? "headHealth" : null) : id;
     if (!op) return;

@@ -3,6 +3,7 @@
 // HTTP helpers, metrics, security and handlers all read it; it imports none of them.
 import type Koa from "koa";
 import type { Engine } from "../engine/types.js";
+import type { OperationId } from "../generated/operations.js";
 
 /** Everything a handler may use. Built once in src/server.ts. */
 export interface AppDeps {
@@ -24,11 +25,24 @@ export interface AppDeps {
   metrics_text(): Promise<string>;
 }
 
-/** ctx.state keys the server core writes (the API key's tenant, the session tag for logs). */
+/** ctx.state keys the server core writes (the matched route, the API key's tenant, the session tag for logs). */
 export const STATE = {
+  route: "mashbox_route",
   tenant: "mashbox_tenant",
   session: "mashbox_session",
 } as const;
+
+/** The operation a request's method and path matched, once, before the security check. */
+export interface MatchedRoute {
+  id: OperationId;
+  /** False when the path is an operation's under another method (405, and HEAD). */
+  method_matches: boolean;
+}
+
+/** The matched route the router middleware recorded; null for a path no operation has. */
+export function matchedRoute(ctx: Koa.Context): MatchedRoute | null {
+  return (ctx.state[STATE.route] as MatchedRoute | undefined) ?? null;
+}
 
 /** The request's tenant, as the security middleware recorded it; handlers read it only here. */
 export function requestTenant(ctx: Koa.Context): { tenant?: string } {
