@@ -391,7 +391,7 @@ class Harness {
   // route (both kinds), experts (swiglu) on the routed rows and the weighted sum.
   void moe() {
     Backend& be = *u_->be;
-    const int T = 6, E = 8, Ek = 2, D = 128, F = 64;
+    const int T = 6, E = 8, Ek = 2, D = 256, F = 256;  // K-quants need rows of 256
     const Rows r = make_rows({0, 0, 0, 1, 1, 1}, {0, 1, 2, 0, 1, 2}, 100);
     be.set_rows(r.chunk());
     std::vector<int32_t> sel_host;
