@@ -109,6 +109,7 @@ class Harness {
     if (want("softcap")) rows_op("softcap");
     if (want("rope")) rope();
     if (want("attention") || want("store_kv")) attention();
+    if (want("attention")) attention_ring();
     if (want("route") || want("weighted_sum") || want("experts")) moe();
   }
 
@@ -386,6 +387,47 @@ class Harness {
         perf("attention", what, [&] { be.attention(kv, 0, dq, out, H, aa, T); });
       }
     }
+  }
+
+  // A sliding-window layer's ring (R = W + Tm positions, position p at p mod R, as gemma3 keeps
+  // its local layers): 196 positions stored in chunks of 4, then a chunk of 4 more stored and
+  // attended with window W; the reference runs ref::attention with that window over a linear
+  // cache of every position.
+  void attention_ring() {
+    if (!offered(Op::kv_ring) || !offered(Op::attention_window)) return;
+    const int Hk = 2, G = 2, H = Hk * G, Dh = 64, W = 40, Tm = 8, R = W + Tm, P = 196, Tc = 4;
+    const size_t HD = (size_t)H * Dh, KD = (size_t)Hk * Dh;
+    Backend& be = *u_->be;
+    KvBuf kv = be.alloc_kv(1, 1, Hk, R, Dh, G, true);
+    std::vector<uint16_t> hk((size_t)Hk * (P + Tc) * Dh), hv(hk.size());  // [Hk][P + Tc][Dh]
+    for (int p0 = 0; p0 < P + Tc; p0 += Tc) {
+      const Rows r = make_rows({0, 0, 0, 0}, {p0, p0 + 1, p0 + 2, p0 + 3}, 100);
+      const auto k = random_floats((size_t)Tc * KD, 740 + p0, 1.f), v = random_floats((size_t)Tc * KD, 741 + p0, 1.f);
+      be.set_rows(r.chunk());
+      be.store_kv(kv, 0, u_->put(k), u_->put(v), Tc);
+      for (int t = 0; t < Tc; t++)
+        for (int g = 0; g < Hk; g++)
+          for (int d = 0; d < Dh; d++) {
+            hk[((size_t)g * (P + Tc) + p0 + t) * Dh + d] = f32_to_f16(k[t * KD + g * Dh + d]);
+            hv[((size_t)g * (P + Tc) + p0 + t) * Dh + d] = f32_to_f16(v[t * KD + g * Dh + d]);
+          }
+    }
+    const Rows cur = make_rows({0, 0, 0, 0}, {P, P + 1, P + 2, P + 3}, 100);
+    const auto q = random_floats((size_t)Tc * HD, 750, 2.f);
+    const float* dq = u_->put(q);
+    float* out = be.alloc((size_t)Tc * HD);
+    const AttnArgs aa{1.f / std::sqrt((float)Dh), W, nullptr};
+    be.set_rows(cur.chunk());
+    be.attention(kv, 0, dq, out, H, aa, Tc);
+    std::vector<float> want((size_t)Tc * HD), scratch(kq::ref::attention_scratch_floats(G, Dh, P + Tc));
+    for (int t = 0; t < Tc; t++)
+      for (int g = 0; g < Hk; g++) {
+        const size_t off = (size_t)g * (P + Tc) * Dh, qo = t * HD + (size_t)g * G * Dh;
+        kq::ref::attention(&q[qo], HD, &hk[off], &hv[off], &want[qo], HD, 1, G, Dh, cur.pos[t], aa.scale, W, nullptr,
+                           scratch.data());
+      }
+    check("attention", "ring R=48 window 40", compare(u_->get(out, want.size()), want));
+    perf("attention", "ring R=48 window 40", [&] { be.attention(kv, 0, dq, out, H, aa, Tc); });
   }
 
   // route (both kinds), experts (swiglu) on the routed rows and the weighted sum.
