@@ -4,8 +4,11 @@
 // picked (MB_KERNELS=ref|avx2 forces one: ctest runs it once per set), and the CUDA backend when
 // this build has it (-DMB_CUDA=ON) and a device answers. An op a backend does not offer
 // (Backend::supports) or a weight it refuses (Backend::matrix throws) is reported as skipped.
-//   test_backend_ops [--perf] [--backend cpu|cuda] [--op NAME]
-// --perf also times each case per backend (us per call; GB/s of weights for the matmuls).
+//   test_backend_ops [--perf] [--backend cpu|cuda] [--op GROUP]
+// --perf also times each case per backend (us per call; GB/s of weights for the matmuls). --op
+// runs the groups it prefixes (embed, matmul (with matmul_n), rmsnorm, add, add_bias, scale,
+// copy_cols, move_rows, glu_silu, glu_gelu, softcap, rope, attention (with store_kv),
+// attention_ring, moe (route, experts, weighted_sum)).
 // Exit: 0 every check passed; 1 a check failed; 2 bad arguments.
 //
 // Dimension legend: see backend.h; T rows of a case, K/N a matrix's input/output width.
@@ -28,6 +31,7 @@
 #include "model/transformer.h"
 #include "util/threadpool.h"
 #ifdef MB_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
 #include "model/cuda/backend_cuda.h"
 #endif
 
@@ -95,22 +99,25 @@ class Harness {
  public:
   Harness(const Args& a, parity::Report& rep) : a_(a), rep_(rep) {}
 
+  // Each group runs even when an earlier one threw: one broken op should not hide the others.
   void run(Under& u) {
     u_ = &u;
-    if (want("embed")) embed();
-    if (want("matmul")) matmul();
-    if (want("rmsnorm")) rows_op("rmsnorm");
-    if (want("add")) rows_op("add");
-    if (want("add_bias")) rows_op("add_bias");
-    if (want("scale")) rows_op("scale");
-    if (want("copy_cols")) rows_op("copy_cols");
-    if (want("move_rows")) rows_op("move_rows");
-    if (want("glu")) rows_op("glu_silu"), rows_op("glu_gelu");
-    if (want("softcap")) rows_op("softcap");
-    if (want("rope")) rope();
-    if (want("attention") || want("store_kv")) attention();
-    if (want("attention")) attention_ring();
-    if (want("route") || want("weighted_sum") || want("experts")) moe();
+    auto group = [&](const char* name, const std::function<void()>& fn) {
+      if (!want(name)) return;
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        rep_.fail(u_->name, name, std::string("raised: ") + e.what());
+      }
+    };
+    group("embed", [&] { embed(); });
+    group("matmul", [&] { matmul(); });
+    for (const char* op : {"rmsnorm", "add", "add_bias", "scale", "copy_cols", "move_rows", "glu_silu", "glu_gelu", "softcap"})
+      group(op, [&] { rows_op(op); });
+    group("rope", [&] { rope(); });
+    group("attention", [&] { attention(); });
+    group("attention_ring", [&] { attention_ring(); });
+    group("moe", [&] { moe(); });
   }
 
  private:
@@ -535,6 +542,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is made, also into a pipe
   parity::Report rep;
   Harness h(a, rep);
   if (a.backend.empty() || a.backend == "cpu") {
@@ -548,15 +556,17 @@ int main(int argc, char** argv) {
     // The CUDA backend is made for a model: a small random qwen3 gives it its sizes.
     const auto img = harness::make_random_gguf(harness::shape_preset("qwen3-tiny", GgmlType::Q8_0), 1, 0);
     std::shared_ptr<GgufFile> f(GgufFile::parse(img.data(), img.size()));
-    std::unique_ptr<model_detail::Backend> be;
-    try {
-      be = cuda_backend(f, read_config(*f), model_detail::Capacity{2, 256, 64});
-    } catch (const std::exception& e) {
-      rep.skip("cuda", "all", std::string("no CUDA backend: ") + e.what());
-    }
-    if (be) {
-      Under u{"cuda", be.get()};
-      h.run(u);
+    const cuda::DeviceInfo dev = cuda::probe_device();
+    if (dev.count == 0) {
+      rep.skip("cuda", "all", "no CUDA device (" + dev.error + ")");
+    } else {
+      try {
+        auto be = cuda_backend(f, read_config(*f), model_detail::Capacity{2, 256, 64});
+        Under u{"cuda", be.get()};
+        h.run(u);
+      } catch (const std::exception& e) {
+        rep.fail("cuda", "all", std::string("raised: ") + e.what());
+      }
     }
   }
 #else
