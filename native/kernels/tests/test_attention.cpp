@@ -101,6 +101,25 @@ static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
   return out;
 }
 
+// s[j] = exp(score_j - max) of query row i, head h, over keys [first_key(i), p0 + i] (the f16-
+// rounded query, 0 elsewhere); returns their sum with the sink's term.
+static double exp_scores(const Inputs& in, int i, int h, std::vector<double>& s) {
+  const double scale = 1.0 / std::sqrt((double)in.Dh);
+  const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
+  const int nk = in.p0 + i + 1, lo = in.first_key(i);
+  s.assign(nk, -INFINITY);
+  double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
+  for (int j = lo; j < nk; j++) {
+    double d = 0;
+    for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
+    s[j] = d * scale;
+    mx = std::fmax(mx, s[j]);
+  }
+  double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  return sum;
+}
+
 // The definition in double: full softmax over keys [0, p0 + i], probabilities rounded to f16.
 // slack[at]: the allowed extra error of output `at` from probabilities that sit so close to an
 // f16 rounding midpoint (relative 1e-5, far above the float noise of the scores) that a float
@@ -108,21 +127,11 @@ static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
 static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
   std::vector<double> out((size_t)in.n * in.ldq, 0.0);
   slack->assign(out.size(), 0.0);
-  const double scale = 1.0 / std::sqrt((double)in.Dh);
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
-      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
       const int nk = in.p0 + i + 1, lo = in.first_key(i);
-      std::vector<double> s(nk, -INFINITY);
-      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
-      for (int j = lo; j < nk; j++) {
-        double d = 0;
-        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
-        s[j] = d * scale;
-        mx = std::fmax(mx, s[j]);
-      }
-      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      std::vector<double> s;
+      const double sum = exp_scores(in, i, h, s);
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
       for (int j = lo; j < nk; j++) {
         const double p = s[j] / sum;
@@ -143,21 +152,11 @@ static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
 static std::vector<double> exact_flash(const Inputs& in, std::vector<double>* bound) {
   std::vector<double> out((size_t)in.n * in.ldq, 0.0);
   bound->assign(out.size(), 0.0);
-  const double scale = 1.0 / std::sqrt((double)in.Dh);
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
-      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
       const int nk = in.p0 + i + 1, lo = in.first_key(i);
-      std::vector<double> s(nk, -INFINITY);
-      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
-      for (int j = lo; j < nk; j++) {
-        double d = 0;
-        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
-        s[j] = d * scale;
-        mx = std::fmax(mx, s[j]);
-      }
-      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      std::vector<double> s;
+      const double sum = exp_scores(in, i, h, s);
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
       for (int j = lo; j < nk; j++)
         for (int e = 0; e < in.Dh; e++) {
