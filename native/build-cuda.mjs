@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// `npm run build:cuda`: build the CUDA kernel set and its Node-free harness into native/build-cuda,
+// `npm run build:cuda`: build the CUDA kernel set and its Node-free parity harnesses (test_cuda_ops,
+// test_backend_ops, test_cuda_model) into native/build-cuda,
 // every CUDA source for sm_80 and sm_90 with warnings as errors. Needs no GPU. The CPU build
 // (`npm run build`) never depends on this.
 //
@@ -8,8 +9,8 @@
 // (nvidia-cuda-nvcc-cu12 up to 12.9.86) ship ptxas alone, not the nvcc driver, cicc or the crt
 // headers; the CUDA 13.0 wheels ship the whole compiler and unpack into one toolkit-shaped
 // folder, nvidia/cu13/{bin,include,lib,nvvm}. 13.0 is also what the H200 machines here carry.
-// `--test` runs the harness's ctest entries afterwards. The Node addon is built against the CUDA set
-// too (native/build-cuda/binding/mashbox_native.node, for MASHBOX_NATIVE_ADDON): with it `mashbox
+// `--test` runs the harnesses' ctest entries afterwards (without a device: their CPU side). The
+// Node addon is built against the CUDA set too (native/build-cuda/binding/mashbox_native.node, for MASHBOX_NATIVE_ADDON): with it `mashbox
 // run --device cuda` runs the CUDA model. `--addon` (once needed for that) is still accepted.
 // MB_CUDA_BUILD_DIR picks another build folder.
 import { spawnSync } from "node:child_process";
@@ -79,7 +80,7 @@ run("cmake", [
   "-S", here, "-B", build, "-DCMAKE_BUILD_TYPE=Release", "-DMB_CUDA=ON",
   `-DCMAKE_CUDA_COMPILER=${nvcc}`, `-DMB_NODE_EXEC=${process.execPath}`, `-DCUDAToolkit_ROOT=${toolkitRoot}`, `-DMB_CUDA_ARCHS=${archs}`,
 ]);
-const targets = ["mb_cuda", "cuda_harness", "mashbox_native"];
+const targets = ["mb_cuda", "test_cuda_ops", "test_backend_ops", "test_cuda_model", "mashbox_native"];
 run("cmake", ["--build", build, "-j", jobs, "--target", ...targets]);
-if (args.includes("--test")) run("ctest", ["--test-dir", build, "--output-on-failure", "-R", "^cuda_"]);
+if (args.includes("--test")) run("ctest", ["--test-dir", build, "--output-on-failure", "-R", "^(cuda_|backend_ops)"]);
 process.stdout.write(`build:cuda: done in ${((Date.now() - t0) / 1000).toFixed(0)} s (nvcc ${nvcc})\n`);

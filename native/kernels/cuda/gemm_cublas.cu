@@ -1,7 +1,7 @@
 // cuBLAS for F16/BF16 weights in the batched case (prefill, many slots), where its tuned
 // tensor-core GEMMs beat gemm_f16's simple tiles: the activations are rounded to the weight's
 // type (as the CPU's F16/BF16 path rounds them too), then one cublasGemmEx sums in f32.
-// The harness times both on the same matrix (cuda_gpu.cpp) so the choice stays measured.
+// test_cuda_ops --perf (kernels/cuda/tests/) times both on the same matrix so the choice stays measured.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 

@@ -1,6 +1,6 @@
 // Dequantization of one 32-value sub-block of a weight row, for every type the CUDA kernels read.
 // The functions are __host__ __device__: the CUDA kernels call them per lane, and the CPU-side test
-// (native/bench/cuda_selftest.cpp) runs the very same code against ref::dequantize, so the block
+// (native/model/tests/harness_selftest.cpp) runs the very same code against ref::dequantize, so the block
 // arithmetic is proven without a GPU.
 //
 // Dimension legend: a row is K values; sub-block s holds values [32 s, 32 s + 32); K-quant

@@ -101,6 +101,25 @@ static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
   return out;
 }
 
+// s[j] = exp(score_j - max) of query row i, head h, over keys [first_key(i), p0 + i] (the f16-
+// rounded query, 0 elsewhere); returns their sum with the sink's term.
+static double exp_scores(const Inputs& in, int i, int h, std::vector<double>& s) {
+  const double scale = 1.0 / std::sqrt((double)in.Dh);
+  const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
+  const int nk = in.p0 + i + 1, lo = in.first_key(i);
+  s.assign(nk, -INFINITY);
+  double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
+  for (int j = lo; j < nk; j++) {
+    double d = 0;
+    for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
+    s[j] = d * scale;
+    mx = std::fmax(mx, s[j]);
+  }
+  double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  return sum;
+}
+
 // The definition in double: full softmax over keys [0, p0 + i], probabilities rounded to f16.
 // slack[at]: the allowed extra error of output `at` from probabilities that sit so close to an
 // f16 rounding midpoint (relative 1e-5, far above the float noise of the scores) that a float
@@ -108,21 +127,11 @@ static std::vector<float> run_all(const Attn& fn, const Inputs& in) {
 static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
   std::vector<double> out((size_t)in.n * in.ldq, 0.0);
   slack->assign(out.size(), 0.0);
-  const double scale = 1.0 / std::sqrt((double)in.Dh);
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
-      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
       const int nk = in.p0 + i + 1, lo = in.first_key(i);
-      std::vector<double> s(nk, -INFINITY);
-      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
-      for (int j = lo; j < nk; j++) {
-        double d = 0;
-        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
-        s[j] = d * scale;
-        mx = std::fmax(mx, s[j]);
-      }
-      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      std::vector<double> s;
+      const double sum = exp_scores(in, i, h, s);
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
       for (int j = lo; j < nk; j++) {
         const double p = s[j] / sum;
@@ -143,21 +152,11 @@ static std::vector<double> exact(const Inputs& in, std::vector<double>* slack) {
 static std::vector<double> exact_flash(const Inputs& in, std::vector<double>* bound) {
   std::vector<double> out((size_t)in.n * in.ldq, 0.0);
   bound->assign(out.size(), 0.0);
-  const double scale = 1.0 / std::sqrt((double)in.Dh);
   for (int i = 0; i < in.n; i++)
     for (int h = 0; h < in.G; h++) {
-      const float* qr = in.q.data() + (size_t)i * in.ldq + (size_t)h * in.Dh;
       const int nk = in.p0 + i + 1, lo = in.first_key(i);
-      std::vector<double> s(nk, -INFINITY);
-      double mx = in.sinks.empty() ? -INFINITY : in.sinks[h];
-      for (int j = lo; j < nk; j++) {
-        double d = 0;
-        for (int e = 0; e < in.Dh; e++) d += (double)h2f(f2h(qr[e])) * h2f(in.k[(size_t)j * in.Dh + e]);
-        s[j] = d * scale;
-        mx = std::fmax(mx, s[j]);
-      }
-      double sum = in.sinks.empty() ? 0.0 : std::exp(in.sinks[h] - mx);
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      std::vector<double> s;
+      const double sum = exp_scores(in, i, h, s);
       const size_t at = (size_t)i * in.ldq + (size_t)h * in.Dh;
       for (int j = lo; j < nk; j++)
         for (int e = 0; e < in.Dh; e++) {
@@ -167,25 +166,6 @@ static std::vector<double> exact_flash(const Inputs& in, std::vector<double>* bo
         }
     }
   return out;
-}
-
-// max over the outputs of |a - b| / bound (a NaN counts as infinite), and whether the gaps
-// between rows kept their fill
-static double max_rel_err(const Inputs& in, const std::vector<float>& a, const std::vector<double>& b,
-                          const std::vector<double>& bound, bool* gaps_ok) {
-  double e = 0;
-  *gaps_ok = true;
-  for (int i = 0; i < in.n; i++)
-    for (size_t x = 0; x < in.ldq; x++) {
-      const size_t at = (size_t)i * in.ldq + x;
-      if (x < (size_t)in.G * in.Dh) {
-        const double d = std::fabs((double)a[at] - b[at]) / std::fmax(bound[at], 1e-30);
-        e = std::isnan(d) ? INFINITY : std::fmax(e, d);
-      } else if (a[at] != -7.0f) {
-        *gaps_ok = false;
-      }
-    }
-  return e;
 }
 
 // The run at once equals each position alone and the run cut in two, bit for bit.
@@ -205,17 +185,18 @@ static void check_batch_independence(const Attn& a, const char* name, const Inpu
   }
 }
 
-// max over the output rows of |a - b| beyond the slack (0 = within it; slack may be null), and
-// whether the gaps between rows kept their fill
+// max over the output rows of (|a - b| - slack) / bound (a NaN counts as infinite; slack and bound
+// may be null: none, and 1), and whether the gaps between rows kept their fill
 static double max_err(const Inputs& in, const std::vector<float>& a, const std::vector<double>& b,
-                      const std::vector<double>* slack, bool* gaps_ok) {
+                      const std::vector<double>* slack, const std::vector<double>* bound, bool* gaps_ok) {
   double e = 0;
   *gaps_ok = true;
   for (int i = 0; i < in.n; i++)
     for (size_t x = 0; x < in.ldq; x++) {
       const size_t at = (size_t)i * in.ldq + x;
       if (x < (size_t)in.G * in.Dh) {
-        const double d = std::fabs((double)a[at] - b[at]) - (slack ? (*slack)[at] : 0.0);
+        const double d = (std::fabs((double)a[at] - b[at]) - (slack ? (*slack)[at] : 0.0)) /
+                         (bound ? std::fmax((*bound)[at], 1e-30) : 1.0);
         e = std::isnan(d) ? INFINITY : std::fmax(e, d);
       } else if (a[at] != -7.0f) {
         *gaps_ok = false;
@@ -271,7 +252,7 @@ int main() {
     const double tol = 2e-5;
     bool gaps;
     const std::vector<float> r = run_all(of(ref_table()), in);
-    const double er = max_err(in, r, want, &slack, &gaps);
+    const double er = max_err(in, r, want, &slack, nullptr, &gaps);
     worst_ref = std::fmax(worst_ref, er);
     CHECK(er <= tol && gaps, "ref vs exact %s: max err beyond slack %.3g (gaps %s)", what.c_str(), er,
           gaps ? "ok" : "written");
@@ -279,7 +260,7 @@ int main() {
 
     const std::vector<float> a = run_all(of(*fast), in);
     CHECK(std::memcmp(a.data(), r.data(), a.size() * 4) == 0, "avx2 %s: not bit-identical to ref (max diff %.3g)",
-          what.c_str(), max_err(in, a, widen(r), nullptr, &gaps));
+          what.c_str(), max_err(in, a, widen(r), nullptr, nullptr, &gaps));
 
     // each position alone, as a decode step computes it, and the run cut in two (prefill chunks end anywhere)
     check_batch_independence(of(*fast), "avx2", in, a, what);
@@ -301,7 +282,7 @@ int main() {
       const double tol = (bf16 && !exact_fallback ? std::ldexp(1.0, -7) : 0.0) + (exact_fallback ? std::ldexp(1.0, -10) : 0.0) + 1e-5;
       bool gaps;
       const std::vector<float> a = run_all(of(flash[f]), in);
-      const double e = max_rel_err(in, a, want, bound, &gaps);
+      const double e = max_err(in, a, want, nullptr, &bound, &gaps);
       worst_flash[f] = std::fmax(worst_flash[f], exact_fallback ? 0.0 : e);
       CHECK(e <= tol && gaps, "%s vs exact %s: max err %.3g B (tolerance %.3g B; gaps %s)", flash[f].name, what.c_str(), e,
             tol, gaps ? "ok" : "written");

@@ -1,10 +1,12 @@
-// cuda_harness: the CUDA backend's proof without Node. On a GPU it checks every CUDA kernel
-// against the scalar reference, the logits of a model against the CPU backend over teacher-forced
-// steps, and benchmarks prefill and decode at several batch sizes, printing one JSON line.
-//   cuda_harness --selftest                 CPU-side checks only (ctest)
-//   cuda_harness [--shape qwen3-8b] [--wtype q4_k|bf16|...] [--gguf PATH] [--parity-layers N]
-//                [--steps N] [--prefill N] [--batches 1,8,32,64] [--iters N] [--seed N]
-//                [--only checks|bench] [--engine-gguf PATH]
+// test_cuda_model: the CUDA model (Model::load with Device::cuda) without Node. On a GPU it checks
+// the logits of random models against the CPU backend over teacher-forced steps (and, with
+// --engine-gguf, a real model through the engine's scheduler on both); --perf benchmarks prefill
+// and decode at several batch sizes; one JSON line either way.
+//   test_cuda_model --selftest              CPU-side checks of the harness's parts only (ctest)
+//   test_cuda_model [--shape qwen3-8b] [--wtype q4_k|bf16|...] [--gguf PATH] [--parity-layers N]
+//                   [--steps N] [--prefill N] [--batches 1,8,32,64] [--iters N] [--seed N]
+//                   [--parity | --perf] [--engine-gguf PATH]
+//   --parity runs the checks alone, --perf the benchmarks alone (both when neither is given);
 //   --engine-gguf runs a real model (a test fixture) through the engine's scheduler on the CPU
 //   backend and on the CUDA model and compares them (checks phase).
 // Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments; 3 no usable CUDA device
@@ -16,8 +18,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "bench/cuda_harness.h"
-#include "bench/cuda_model.h"
+#include "model/tests/test_cuda_model.h"
+#include "model/tests/harness.h"
 
 namespace {
 
@@ -37,7 +39,7 @@ std::vector<int> parse_list(const char* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace mb::bench;
+  using namespace mb::harness;
   HarnessArgs a;
   bool selftest = false;
   try {
@@ -58,11 +60,12 @@ int main(int argc, char** argv) {
       else if (k == "--batches") a.batches = parse_list(val());
       else if (k == "--iters") a.iters = std::atoi(val());
       else if (k == "--seed") a.seed = std::strtoull(val(), nullptr, 10);
-      else if (k == "--only") a.only = val();
+      else if (k == "--parity") a.only = "checks";
+      else if (k == "--perf") a.only = "bench";
       else throw std::invalid_argument("unknown argument " + k);
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cuda_harness: %s\n", e.what());
+    std::fprintf(stderr, "test_cuda_model: %s\n", e.what());
     return 2;
   }
   if (selftest) return run_selftest() == 0 ? 0 : 1;
@@ -71,7 +74,7 @@ int main(int argc, char** argv) {
 #else
   std::printf("%s\n", JsonLine()
                           .str("status", "no_cuda_build")
-                          .str("error", "cuda_harness was built without CUDA (configure with -DMB_CUDA=ON: npm run build:cuda)")
+                          .str("error", "test_cuda_model was built without CUDA (configure with -DMB_CUDA=ON: npm run build:cuda)")
                           .done()
                           .c_str());
   return 4;

@@ -1,10 +1,10 @@
-// Entry points of the CUDA harness's halves (cuda_harness.cpp holds main).
+// Entry points of test_cuda_model's halves (test_cuda_model.cpp holds main).
 #pragma once
 #include <string>
 #include <vector>
 
 namespace mb {
-namespace bench {
+namespace harness {
 
 struct HarnessArgs {
   std::string shape = "qwen3-8b";
@@ -18,14 +18,14 @@ struct HarnessArgs {
   std::vector<int> batches{1, 8, 32, 64};
   int iters = 10;                    // timed decode steps per batch size
   unsigned long long seed = 1;
-  std::string only;                  // "checks" or "bench": run that phase alone
+  std::string only;                  // "checks" (--parity) or "bench" (--perf): run that phase alone
 };
 
 // CPU-only checks of the harness's own parts; returns failures (0 = pass). Prints one line each.
 int run_selftest();
-// The device half: kernel parity, logits parity, benchmarks; prints the JSON line. Returns the
+// The device half (cuda_model_check.cpp): logits parity, the engine check, benchmarks; prints the JSON line. Returns the
 // process exit code.
 int run_on_device(const HarnessArgs& a);
 
-}  // namespace bench
+}  // namespace harness
 }  // namespace mb

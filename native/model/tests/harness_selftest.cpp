@@ -1,4 +1,4 @@
-// CPU-side checks of the CUDA harness, run by ctest in every build (no GPU, no nvcc): the random
+// CPU-side checks of test_cuda_model's parts, run by ctest in every build (no GPU, no nvcc): the random
 // model generator (the CPU backend loads it and its logits are finite and depend on the seed),
 // the block decoding the CUDA kernels run (kernels/cuda/quants.cuh, compiled here for the host)
 // against ref::dequantize for every type, what Model::load(Device::cuda) refuses before it looks for
@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "bench/cuda_harness.h"
-#include "bench/cuda_model.h"
+#include "model/tests/test_cuda_model.h"
+#include "model/tests/harness.h"
 #include "kernels/cuda/quants.cuh"
 #include "kernels/ref/ref.h"
 #include "model/model.h"
@@ -21,7 +21,7 @@
 #endif
 
 namespace mb {
-namespace bench {
+namespace harness {
 namespace {
 
 int failures = 0;
@@ -159,5 +159,5 @@ int run_selftest() {
   return failures;
 }
 
-}  // namespace bench
+}  // namespace harness
 }  // namespace mb

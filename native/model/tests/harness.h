@@ -1,4 +1,5 @@
-// The CUDA harness's CPU side (no CUDA needed): a random-weight model of a given shape written as
+// The harnesses' CPU side (no CUDA needed; test_backend_ops, test_cuda_model and the CUDA kernels'
+// test_cuda_ops share it): random weight matrices, a random-weight model of a given shape written as
 // an in-memory GGUF (so the CPU backend loads it exactly as it loads a file, and only the shape
 // travels to the GPU machine, not gigabytes of weights), the scalar reference of device-side
 // sampling, and the harness's one-line JSON report.
@@ -13,7 +14,7 @@
 #include "gguf/gguf.h"
 
 namespace mb {
-namespace bench {
+namespace harness {
 
 struct ModelShape {
   std::string name;
@@ -34,6 +35,10 @@ uint64_t step_weight_bytes(const ModelShape& s);
 // keeps activations bounded through many layers. threads: generator threads (0 = hardware).
 std::vector<uint8_t> make_random_gguf(const ModelShape& s, uint64_t seed, int threads = 0);
 
+// N rows of K values of type t (K a multiple of its block), values of spread about sd, the same
+// bytes for the same seed (the generator make_random_gguf fills its matrices with).
+std::vector<uint8_t> random_matrix(GgmlType t, int64_t K, int64_t N, float sd, uint64_t seed);
+
 // Scalar definition of cuda::sample for one row (same tie and cut rules).
 int32_t sample_ref(const float* logits, int V, int top_k, float top_p, float temperature, float u);
 
@@ -51,5 +56,5 @@ class JsonLine {
 };
 std::string json_quote(const std::string& s);
 
-}  // namespace bench
+}  // namespace harness
 }  // namespace mb

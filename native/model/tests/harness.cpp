@@ -1,4 +1,4 @@
-#include "bench/cuda_model.h"
+#include "model/tests/harness.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "kernels/blocks.h"
 
 namespace mb {
-namespace bench {
+namespace harness {
 namespace {
 
 // splitmix64: cheap, seedable per chunk so threads produce the same bytes in any order.
@@ -97,6 +97,14 @@ void kv_f32(std::vector<uint8_t>& o, const std::string& k, float v) {
 void kv_str(std::vector<uint8_t>& o, const std::string& k, const std::string& v) { put_str(o, k); put_u32(o, 8); put_str(o, v); }
 
 }  // namespace
+
+std::vector<uint8_t> random_matrix(GgmlType t, int64_t K, int64_t N, float sd, uint64_t seed) {
+  const size_t rb = ggml_row_bytes(t, K);
+  std::vector<uint8_t> v(rb * (size_t)N);
+  Rng r{seed};
+  for (int64_t n = 0; n < N; n++) fill_row(t, K, sd, r, v.data() + n * rb);
+  return v;
+}
 
 ModelShape shape_preset(const std::string& name, GgmlType wtype) {
   if (name == "qwen3-8b") return {name, 36, 4096, 32, 8, 128, 12288, 151936, wtype};
@@ -263,5 +271,5 @@ std::string JsonLine::done() const {
   return o + "}";
 }
 
-}  // namespace bench
+}  // namespace harness
 }  // namespace mb
