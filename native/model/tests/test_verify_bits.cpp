@@ -84,6 +84,34 @@ void test_file(const std::string& path, mb::ThreadPool* pool) {
     m->forward(n, one.data());
     check(first_diff(one.data(), &ref[size_t(k) * V], V) < 0, path + ": decode after verify k=" + std::to_string(k));
   }
+  // A wide step (T >= 16: the kernels' 16-token GEMM regime): 8 verification rows beside another
+  // slot's 13-token prefill chunk. Still the bits of decoding alone.
+  {
+    m->kv_truncate(1, 0);
+    m->kv_truncate(2, 0);
+    prefill(1);
+    mb::Batch b;
+    for (int j = 0; j < kMaxDraft; j++) {
+      b.token.push_back(toks[kPrompt + j]);
+      b.pos.push_back(kPrompt + j);
+      b.slot.push_back(1);
+      b.logits.push_back(1);
+    }
+    for (int i = 0; i < 13; i++) {
+      b.token.push_back(toks[size_t(i) % toks.size()]);
+      b.pos.push_back(i);
+      b.slot.push_back(2);
+      b.logits.push_back(i == 12);
+    }
+    m->forward(b, got.data());
+    for (int j = 0; j < kMaxDraft; j++) {
+      const int d = first_diff(&got[size_t(j) * V], &ref[size_t(j) * V], V);
+      if (d >= 0 && bad++ < 4)
+        std::fprintf(stderr, "  %s wide row %d: logit %d differs (%.9g vs %.9g)\n", path.c_str(), j, d, got[size_t(j) * V + d],
+                     ref[size_t(j) * V + d]);
+      check(d < 0, path + ": verify in a 21-row step, row " + std::to_string(j) + " vs decode alone");
+    }
+  }
   std::printf("%s %s\n", bad ? "FAIL" : "ok", path.c_str());
 }
 }  // namespace
