@@ -6,11 +6,13 @@
 //   - prose: a short story, which the prompt cannot predict.
 // Per workload it prints decode tok/s (tokens after the first over the time from the first to
 // the last), the tokens produced, drafted and accepted, and checks both modes produced the same
-// tokens (greedy speculation is exact). The load average is printed, since the box is shared.
+// tokens (greedy speculation is exact). Then aggregate tok/s of --streams concurrent prose
+// streams (one slot each), where drafts compete with the other streams' rows for the step.
+// The load average is printed, since the box is shared.
 //
 //   --model PATH   (default ~/.cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)
 //   --rounds N     (default 3)   --threads N (default: all cores)   --tokens N (default 256)
-//   --draft-max N  (default 8)
+//   --draft-max N  (default 8)    --streams N (default 4; 0 skips)
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism, homedir, loadavg } from "node:os";
@@ -26,6 +28,7 @@ const { values: a } = parseArgs({
     threads: { type: "string" },
     tokens: { type: "string" },
     "draft-max": { type: "string" },
+    streams: { type: "string" },
   },
 });
 const MODEL = a.model ?? join(homedir(), ".cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
@@ -33,6 +36,7 @@ const ROUNDS = Number(a.rounds ?? 3);
 const THREADS = Number(a.threads ?? availableParallelism());
 const TOKENS = Number(a.tokens ?? 256);
 const DRAFT_MAX = Number(a["draft-max"] ?? 8);
+const STREAMS = Number(a.streams ?? 4);
 
 const FUNCTION = `function summarize(orders) {
   let total = 0;
@@ -68,7 +72,7 @@ const addon = createRequire(import.meta.url)(addonPath);
 async function open(spec) {
   const engine = new addon.Engine();
   const runs = new Map();
-  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: 1, n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX }, (evs) => {
+  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX }, (evs) => {
     for (const e of evs) {
       const r = runs.get(e.id);
       if (!r) continue;
@@ -127,6 +131,33 @@ for (const [name, r] of Object.entries(results)) {
   const off = median(r.off), on = median(r.ngram);
   console.log(`${name.padEnd(9)} ${String(r.n).padStart(6)}  ${f1(off).padStart(9)}  ${f1(on).padStart(11)}  ${(on / off).toFixed(2).padStart(6)}x  ` +
     `${r.drafted ? ((100 * r.accepted) / r.drafted).toFixed(0) : "-"}% of ${r.drafted}`.padEnd(12) + `  ${r.same ? "yes" : "NO"}`);
+}
+if (STREAMS > 0) {
+  const topics = ["a lighthouse keeper", "a lost robot", "a baker in Paris", "a mountain village", "a time traveller", "a river"];
+  const agg = { off: [], ngram: [] };
+  let same = true;
+  for (let round = 0; round < ROUNDS; round++) {
+    const texts = {};
+    for (const mode of ["off", "ngram"]) {
+      const e = engines[mode];
+      const prompts = Array.from({ length: STREAMS }, (_, i) => e.tok(chatml(`Write a short story about ${topics[i % topics.length]}.`)));
+      const t0 = performance.now();
+      const outs = await Promise.all(prompts.map((p) => e.run(p, TOKENS / 2)));
+      const firsts = outs.map((o) => o.times[0]);
+      const t1 = Math.max(...outs.map((o) => o.times.at(-1)));
+      const n = outs.reduce((k, o) => k + o.tokens.length - 1, 0);
+      const r = (n * 1000) / (t1 - Math.min(...firsts));
+      agg[mode].push(r);
+      texts[mode] = outs.map((o) => o.tokens.join(",")).join("|");
+      const d = outs.reduce((k, o) => k + o.done.draft_n, 0), acc = outs.reduce((k, o) => k + o.done.draft_n_accepted, 0);
+      console.log(`  [${round}] ${STREAMS} streams ${mode.padEnd(5)} ${f1(r)} tok/s aggregate (${f1(performance.now() - t0)} ms)` +
+        (mode === "ngram" ? `, ${d} drafted, ${acc} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+    }
+    if (texts.off !== texts.ngram) same = false;
+  }
+  const off = median(agg.off), on = median(agg.ngram);
+  console.log(`${STREAMS} streams: off ${f1(off)} tok/s, ngram ${f1(on)} tok/s aggregate, ${(on / off).toFixed(2)}x, identical ${same ? "yes" : "NO"}`);
+  if (!same) results.streams = { same: false };
 }
 console.log(`(medians over ${ROUNDS} rounds; load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
 for (const e of Object.values(engines)) await e.engine.close();
