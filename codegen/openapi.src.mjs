@@ -385,6 +385,8 @@ schemas.MashboxTimings = {
     predicted_per_second: { type: ["number", "null"], description: "New tokens after the first, per second of predicted_ms." },
     cache_n: { type: "integer", minimum: 0, description: "Prompt tokens served from the prefix cache." },
     queue_ms: { type: "number", minimum: 0, description: "Milliseconds the request waited before it ran." },
+    draft_n: { type: "integer", minimum: 0, description: "Draft tokens verified by speculative decoding (0 when it is off)." },
+    draft_n_accepted: { type: "integer", minimum: 0, description: "Draft tokens the output kept, of draft_n." },
   },
 };
 const CHAT_FINISH = ["stop", "length", "tool_calls"];

@@ -34,6 +34,8 @@ run options:
   --cache-dir DIR      Disk tier of the prompt cache: saved states written behind, read back by
                        the next server of the same model (default $MASHBOX_HOME/prompt-cache).
   --cache-disk MiB     Most disk the tier uses (default ${DEFAULTS.cache_disk_mib}; 0 = off).
+  --spec ngram|off     Speculative decoding: draft from the request's own prompt and output, verify
+                       in the same step; output unchanged (default ${DEFAULTS.spec}).
   --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
                        Keys sharing a tenant name share its queue limit. With keys, /v1/*,
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
@@ -78,6 +80,7 @@ export interface RunConfig {
   cache_ram_mib: number;
   cache_dir: string;
   cache_disk_mib: number;
+  spec: "ngram" | "off";
   api_key_file: string | undefined;
   allowed_hosts: string[];
   metrics_without_key: boolean;
@@ -115,6 +118,7 @@ export function parseRunArgs(args: string[]): RunConfig {
       "cache-ram": { type: "string" },
       "cache-dir": { type: "string" },
       "cache-disk": { type: "string" },
+      spec: { type: "string" },
       "api-key-file": { type: "string" },
       "allowed-host": { type: "string", multiple: true },
       "metrics-without-key": { type: "boolean" },
@@ -129,6 +133,8 @@ export function parseRunArgs(args: string[]): RunConfig {
   if (positionals.length > 1) throw new UsageError(`run takes one model, got ${positionals.length}: ${positionals.join(" ")}`);
   const device = values.device ?? "cpu";
   if (device !== "cpu" && device !== "cuda") throw new UsageError(`--device must be cpu or cuda, got '${device}'`);
+  const spec = values.spec ?? DEFAULTS.spec;
+  if (spec !== "ngram" && spec !== "off") throw new UsageError(`--spec must be ngram or off, got '${spec}'`);
   for (const h of values["allowed-host"] ?? []) {
     if (!/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h)) throw new UsageError(`--allowed-host takes a host name without port or scheme, got '${h}'`);
   }
@@ -143,6 +149,7 @@ export function parseRunArgs(args: string[]): RunConfig {
     cache_ram_mib: intOption("cache-ram", values["cache-ram"], DEFAULTS.cache_ram_mib, 0),
     cache_dir: values["cache-dir"] ?? promptCacheDir(),
     cache_disk_mib: intOption("cache-disk", values["cache-disk"], DEFAULTS.cache_disk_mib, 0),
+    spec,
     api_key_file: values["api-key-file"],
     allowed_hosts: values["allowed-host"] ?? [],
     metrics_without_key: values["metrics-without-key"] === true,
@@ -317,6 +324,7 @@ async function cmdRun(args: string[]): Promise<number> {
       cache_ram_mib: cfg.cache_ram_mib,
       cache_dir: cfg.cache_dir,
       cache_disk_mib: cfg.cache_disk_mib,
+      spec: cfg.spec,
       chat_template: cfg.chat_template,
       // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
       // (systemd, Kubernetes) replace the whole process.

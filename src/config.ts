@@ -27,6 +27,8 @@ export const DEFAULTS = {
   cache_disk_mib: 16384,
   /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
   body_limit_mib: 8,
+  /** Speculative decoding (--spec): off until the benchmark (bench/spec.mjs) shows prose never pays for it. */
+  spec: "off" as "ngram" | "off",
 } as const;
 
 /** The most --ctx that autoContext picks, and the most K/V tokens it gives all slots together. */

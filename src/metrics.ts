@@ -98,6 +98,9 @@ export function createMetrics(engine: Engine): Metrics {
   fromStats("mashbox:prefix_cache_lookups_total", "Prefix cache lookups (one per admitted request).", (s) => s.prefix_lookups);
   fromStats("mashbox:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (s) => s.prefix_lookup_tokens);
   fromStats("mashbox:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", (s) => s.prefix_hit_tokens);
+  // vLLM's names: speculative decoding's draft tokens verified, and those the output kept.
+  fromStats("mashbox:spec_decode_num_draft_tokens", "Draft tokens verified by speculative decoding.", (s) => s.spec_draft_tokens ?? 0);
+  fromStats("mashbox:spec_decode_num_accepted_tokens", "Draft tokens speculative decoding accepted.", (s) => s.spec_accepted_tokens ?? 0);
   // The host-memory prompt cache (--cache-ram): K/V of prompt prefixes kept after their slot moved on.
   new Gauge({
     name: "mashbox:host_cache_bytes",

@@ -40,6 +40,8 @@ struct LoadOptions {
   std::string cache_namespace;
   std::string cache_dir;       // its disk tier ("" = none)
   double cache_disk_bytes = 0;
+  bool spec_ngram = false;     // speculative decoding by n-gram lookup (SchedulerOptions)
+  int spec_draft_max = 8;
 };
 
 // Everything a loaded model owns, in destruction order (scheduler first: it uses the rest).
@@ -97,6 +99,8 @@ Napi::Object event_to_js(Napi::Env env, const mb::EngineEvent& e) {
       o.Set("queue_ms", e.queue_ms);
       o.Set("prompt_ms", e.prompt_ms);
       o.Set("predicted_ms", e.predicted_ms);
+      o.Set("draft_n", e.draft_n);
+      o.Set("draft_n_accepted", e.draft_n_accepted);
       break;
     case mb::EngineEvent::Error:
       o.Set("type", "error");
@@ -179,6 +183,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     so.cache_path = lo.cache_path;
     so.cache_dir = lo.cache_dir;
     so.cache_disk_bytes = uint64_t(lo.cache_disk_bytes);
+    so.spec_ngram = lo.spec_ngram;
+    so.spec_draft_max = lo.spec_draft_max;
     // The caller names the model, tokenizer and template; the K/V type is the model's to say, and
     // the kernel set's (their results differ in the last bits, and so would the K/V).
     so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" +
@@ -442,6 +448,8 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("prefix_lookup_tokens", double(st.prefix_lookup_tokens));
     o.Set("steps", double(st.steps));
     o.Set("graph_captures", double(st.graph_captures));
+    o.Set("spec_draft_tokens", double(st.spec_draft_tokens));
+    o.Set("spec_accepted_tokens", double(st.spec_accepted_tokens));
     const auto& hc = st.host_cache;
     o.Set("host_cache_bytes", double(hc.bytes));
     o.Set("host_cache_cap_bytes", double(hc.cap_bytes));
@@ -558,7 +566,8 @@ class LoadWorker : public Napi::AsyncWorker {
 };
 
 // load({model_path, n_ctx, n_slots, n_threads, max_batch, device?: "cpu" | "cuda", cache_ram_mib?,
-//       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?}, on_events) -> Promise<info>
+//       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?, spec?: "ngram" | "off",
+//       spec_draft_max?}, on_events) -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
   if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
@@ -575,13 +584,19 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   if (o.Get("cache_namespace").IsString()) lo.cache_namespace = o.Get("cache_namespace").As<Napi::String>().Utf8Value();
   if (o.Get("cache_dir").IsString()) lo.cache_dir = o.Get("cache_dir").As<Napi::String>().Utf8Value();
   lo.cache_disk_bytes = std::max(0.0, num(o, "cache_disk_mib", 0)) * 1048576.0;
+  if (o.Get("spec").IsString()) {
+    const std::string sp = o.Get("spec").As<Napi::String>().Utf8Value();
+    if (sp != "ngram" && sp != "off") throw Napi::RangeError::New(env, "load: spec must be \"ngram\" or \"off\", got \"" + sp + "\"");
+    lo.spec_ngram = sp == "ngram";
+  }
+  lo.spec_draft_max = int(num(o, "spec_draft_max", 8));
   if (o.Get("device").IsString()) {
     const std::string d = o.Get("device").As<Napi::String>().Utf8Value();
     if (d != "cpu" && d != "cuda") throw Napi::RangeError::New(env, "load: device must be \"cpu\" or \"cuda\", got \"" + d + "\"");
     lo.device = d == "cuda" ? mb::Device::cuda : mb::Device::cpu;
   }
-  if (lo.n_ctx < 1 || lo.n_slots < 1 || lo.n_threads < 1 || lo.max_batch < 1)
-    throw Napi::RangeError::New(env, "load: n_ctx, n_slots, n_threads and max_batch must be >= 1");
+  if (lo.n_ctx < 1 || lo.n_slots < 1 || lo.n_threads < 1 || lo.max_batch < 1 || lo.spec_draft_max < 1)
+    throw Napi::RangeError::New(env, "load: n_ctx, n_slots, n_threads, max_batch and spec_draft_max must be >= 1");
   loading_ = true;
   auto* w = new LoadWorker(env, this, info.This().As<Napi::Object>(), lo, info[1].As<Napi::Function>());
   auto p = w->promise();

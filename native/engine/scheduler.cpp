@@ -20,6 +20,9 @@ struct Scheduler::Seq {
   bool state_point_saved = false;
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
   int n_gen = 0;
+  std::vector<int32_t> draft;  // this step's draft tokens, fed after `pending`
+  int draft_cur = 0;           // draft length to try next (adapt_draft)
+  int draft_n = 0, draft_accepted = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
   std::unique_ptr<GrammarConstraint> grammar;  // null = unconstrained
@@ -35,6 +38,8 @@ struct Scheduler::Seq {
 
 // Below this many extra tokens a prefix copy from a running slot is not worth its memory traffic.
 static constexpr size_t kMinCopyTokens = 16;
+// Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
+static constexpr int kSpecRows = 16;
 
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -56,8 +61,11 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
     if (q > 0 && matmul > 0) attention_depth_unit_ = matmul / (2 * q);
   }
   slots_.resize(opts_.n_slots);
-  // Only the last prompt token or the decode token of a sequence wants logits: one row per slot.
-  logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+  // Only the last prompt token or the decode token of a sequence wants logits: one row per slot,
+  // plus a row per draft token.
+  opts_.spec_draft_max = std::max(1, opts_.spec_draft_max);
+  rewindable_ = model_->kv_rewindable();
+  logits_.resize((size_t(opts_.n_slots) + size_t(opts_.spec_ngram ? kSpecRows : 0)) * size_t(n_vocab_));
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
@@ -129,6 +137,8 @@ void Scheduler::publish_stats() {
   st.prefix_hit_tokens = prefix_hit_tokens_;
   st.prefix_lookup_tokens = prefix_lookup_tokens_;
   st.steps = steps_;
+  st.spec_draft_tokens = spec_draft_tokens_;
+  st.spec_accepted_tokens = spec_accepted_tokens_;
   if (cache_) st.host_cache = cache_->stats();
   st.routed_expert_calls = model_->routed_expert_calls();  // this thread runs the forward passes
   st.graph_captures = model_->graph_captures();
@@ -176,85 +186,59 @@ void Scheduler::loop() {
   }
 }
 
-void Scheduler::admit(std::vector<EngineEvent>& out) {
-  while (!waiting_.empty()) {
-    int free_slot = -1;
-    for (int i = 0; i < opts_.n_slots; i++)
-      if (!slots_[i].seq) { free_slot = i; break; }
-    if (free_slot < 0) return;
-    std::unique_ptr<Seq> s = std::move(waiting_.front());
-    waiting_.pop_front();
-    const auto now = Clock::now();
-    const auto& prompt = s->req.prompt;
-    if (s->req.compiled_grammar || !s->req.grammar.empty()) {
-      // A grammar the caller did not compile is compiled here, so a bad one is an Error event
-      // for this request alone (never an exception on the caller's thread).
-      try {
-        auto g = s->req.compiled_grammar ? s->req.compiled_grammar : Grammar::parse(s->req.grammar);
-        s->grammar = std::make_unique<GrammarConstraint>(std::move(g), trie());
-      } catch (const std::exception& e) {
-        EngineEvent ev;
-        ev.kind = EngineEvent::Error;
-        ev.id = s->req.id;
-        ev.message = std::string("invalid grammar: ") + e.what();
-        out.push_back(std::move(ev));
-        continue;
-      }
+// Phase 0: a request the engine can take (its grammar compiles, its prompt fits). No slot yet.
+bool Scheduler::accept_request(Seq& s, std::vector<EngineEvent>& out) {
+  auto error = [&](std::string message) {
+    EngineEvent ev;
+    ev.kind = EngineEvent::Error;
+    ev.id = s.req.id;
+    ev.message = std::move(message);
+    out.push_back(std::move(ev));
+    return false;
+  };
+  if (s.req.compiled_grammar || !s.req.grammar.empty()) {
+    // A grammar the caller did not compile is compiled here, so a bad one is an Error event
+    // for this request alone (never an exception on the caller's thread).
+    try {
+      auto g = s.req.compiled_grammar ? s.req.compiled_grammar : Grammar::parse(s.req.grammar);
+      s.grammar = std::make_unique<GrammarConstraint>(std::move(g), trie());
+    } catch (const std::exception& e) {
+      return error(std::string("invalid grammar: ") + e.what());
     }
-    if (s->req.lazy_grammar && !s->req.triggers.empty()) s->triggers = std::make_unique<TriggerScanner>(s->req.triggers, s->req.trigger_options);
-    if (prompt.empty() || int(prompt.size()) > opts_.n_ctx) {
-      EngineEvent ev;
-      ev.kind = EngineEvent::Error;
-      ev.id = s->req.id;
-      ev.message = prompt.empty() ? "empty prompt" : "prompt does not fit in the context window";
-      out.push_back(std::move(ev));
-      continue;
-    }
-    // Take the free slot whose cache shares the longest prefix with this prompt; on a tie the
-    // slot holding the least, so longer caches survive for the requests that can use them.
-    int best = -1;
-    size_t best_lcp = 0;
-    for (int i = 0; i < opts_.n_slots; i++) {
-      if (slots_[i].seq) continue;
-      const auto& c = slots_[i].cached;
-      size_t n = std::min(c.size(), prompt.size()), l = 0;
-      while (l < n && c[l] == prompt[l]) l++;
-      if (best < 0 || l > best_lcp || (l == best_lcp && c.size() < slots_[best].cached.size())) {
-        best = i;
-        best_lcp = l;
-      }
-    }
-    // A slot still running may hold a longer shared prefix (concurrent chats with one system
-    // prompt): copying its K/V is far cheaper than prefilling the same tokens again.
-    int donor = -1;
-    size_t donor_lcp = best_lcp;
-    for (int i = 0; i < opts_.n_slots; i++) {
-      if (!slots_[i].seq) continue;
-      const auto& c = slots_[i].cached;
-      size_t n = std::min(c.size(), prompt.size()), l = 0;
-      while (l < n && c[l] == prompt[l]) l++;
-      if (l > donor_lcp) { donor = i; donor_lcp = l; }
-    }
-    // The last prompt token is always evaluated again: its logits are the first sample.
-    const size_t max_reuse = prompt.size() - 1;
-    Slot& sl = slots_[best];
-    // Whatever path is taken, the slot keeps at most its shared prefix: save the rest first.
-    if (cache_ && sl.cached.size() > std::min(best_lcp, max_reuse)) save_to_host(best, sl.cached.size());
-    PromptCache::Match host;
-    if (cache_) host = cache_->lookup(prompt.data(), prompt.size());
-    size_t reuse;
-    // A model that keeps only a window of the past (sliding-window layers) may not be able to
-    // continue from an arbitrary prefix: kv_reusable says how much of a slot is usable.
-    const size_t donor_reuse = donor >= 0 ? std::min(donor_lcp, max_reuse) : 0;
-    if (donor >= 0 && donor_lcp >= best_lcp + kMinCopyTokens && donor_lcp >= host.n &&
-        size_t(model_->kv_reusable(donor, int(donor_reuse))) == donor_reuse) {
+  }
+  if (s.req.lazy_grammar && !s.req.triggers.empty()) s.triggers = std::make_unique<TriggerScanner>(s.req.triggers, s.req.trigger_options);
+  const auto& prompt = s.req.prompt;
+  if (prompt.empty()) return error("empty prompt");
+  if (int(prompt.size()) > opts_.n_ctx) return error("prompt does not fit in the context window");
+  return true;
+}
+
+// Phase 2: give slot c.slot the longest prefix of `prompt` it can get, from itself, the donor
+// slot or the host cache; returns how many prompt tokens need no prefill.
+size_t Scheduler::reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt) {
+  const int best = c.slot;
+  // The last prompt token is always evaluated again: its logits are the first sample.
+  const size_t max_reuse = prompt.size() - 1;
+  Slot& sl = slots_[best];
+  // Whatever path is taken, the slot keeps at most its shared prefix: save the rest first.
+  if (cache_ && sl.cached.size() > std::min(c.lcp, max_reuse)) save_to_host(best, sl.cached.size());
+  PromptCache::Match host;
+  if (cache_) host = cache_->lookup(prompt.data(), prompt.size());
+  // A model that keeps only a window of the past (sliding-window layers) may not be able to
+  // continue from an arbitrary prefix: kv_reusable says how much of a slot is usable.
+  const size_t donor_reuse = c.donor >= 0 ? std::min(c.donor_lcp, max_reuse) : 0;
+  const bool donor_ok = c.donor >= 0 && size_t(model_->kv_reusable(c.donor, int(donor_reuse))) == donor_reuse;
+  size_t reuse = 0;
+  switch (choose_reuse(c, host.n, donor_ok, kMinCopyTokens)) {
+    case ReuseFrom::Donor:
       reuse = donor_reuse;
       model_->kv_truncate(best, 0);
-      model_->kv_copy(donor, best, int(reuse));
+      model_->kv_copy(c.donor, best, int(reuse));
       sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
-    } else if (host.n >= best_lcp + kMinCopyTokens) {
+      break;
+    case ReuseFrom::Host: {
       // Restore from host memory on top of what the slot already shares with the prompt.
-      const size_t keep = size_t(model_->kv_reusable(best, int(std::min(best_lcp, max_reuse))));
+      const size_t keep = size_t(model_->kv_reusable(best, int(std::min(c.lcp, max_reuse))));
       model_->kv_truncate(best, int(keep));
       sl.cached.resize(keep);
       size_t end = keep;
@@ -269,21 +253,45 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
       }
       reuse = end;
       sl.cached.assign(prompt.begin(), prompt.begin() + reuse);
-    } else {
-      reuse = size_t(model_->kv_reusable(best, int(std::min(best_lcp, max_reuse))));
+      break;
+    }
+    case ReuseFrom::Slot:
+      reuse = size_t(model_->kv_reusable(best, int(std::min(c.lcp, max_reuse))));
       if (sl.cached.size() > reuse) {
         model_->kv_truncate(best, int(reuse));
         sl.cached.resize(reuse);
       }
+      break;
+  }
+  return reuse;
+}
+
+void Scheduler::admit(std::vector<EngineEvent>& out) {
+  while (!waiting_.empty()) {
+    // Phase 1: pick a slot (free, sharing the most with the prompt), and a donor.
+    std::vector<SlotView> views(slots_.size());
+    bool any_free = false;
+    for (size_t i = 0; i < slots_.size(); i++) {
+      views[i] = {&slots_[i].cached, slots_[i].seq != nullptr};
+      any_free = any_free || !slots_[i].seq;
     }
+    if (!any_free) return;
+    std::unique_ptr<Seq> s = std::move(waiting_.front());
+    waiting_.pop_front();
+    const auto now = Clock::now();
+    if (!accept_request(*s, out)) continue;
+    const auto& prompt = s->req.prompt;
+    const SlotChoice c = pick_slot(views, prompt);
+    const size_t reuse = reuse_prefix(c, prompt);
     prefix_lookups_++;
     prefix_lookup_tokens_ += int64_t(prompt.size());
     prefix_hit_tokens_ += int64_t(reuse);
-    s->slot = best;
+    s->slot = c.slot;
     s->prompt_done = reuse;
     s->cached_tokens = int(reuse);
     s->state_point_saved = s->req.state_point <= 0 || size_t(s->req.state_point) > prompt.size();
     s->t_admit = now;
+    s->draft_cur = opts_.spec_draft_max;
     const size_t w = size_t(std::max(0, s->req.sampling.penalty_last_n));
     for (size_t i = prompt.size() > w ? prompt.size() - w : 0; i < prompt.size(); i++) s->sampler.accept(prompt[i]);
 
@@ -294,7 +302,7 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     ev.cached_tokens = int(reuse);
     ev.queue_ms = ms_between(s->t_submit, now);
     out.push_back(std::move(ev));
-    sl.seq = s.get();
+    slots_[c.slot].seq = s.get();
     running_.push_back(std::move(s));
     if (running_.back()->req.max_tokens == 0) finish(*running_.back(), "length", out);
   }
@@ -310,6 +318,8 @@ void Scheduler::finish(Seq& s, const char* reason, std::vector<EngineEvent>& out
   ev.prompt_tokens = int(s.req.prompt.size());
   ev.cached_tokens = s.cached_tokens;
   ev.completion_tokens = s.n_gen;
+  ev.draft_n = s.draft_n;
+  ev.draft_n_accepted = s.draft_accepted;
   ev.queue_ms = ms_between(s.t_submit, s.t_admit);
   if (s.n_gen > 0) {
     ev.prompt_ms = ms_between(s.t_admit, s.t_first);
@@ -360,85 +370,61 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
   return trie_;
 }
 
-void Scheduler::step(std::vector<EngineEvent>& out) {
-  admit(out);
-  // Start events leave before the forward pass: a client learns its request is admitted at
-  // once, not after the first prefill chunk (seconds on a long prompt).
-  if (!out.empty()) {
-    publish_stats();
-    sink_(std::move(out));
-    out.clear();
+// Phase 3a: n-gram drafts for the decoding sequences, within the step's draft budget. A draft
+// is the continuation of the latest earlier occurrence of the history's last 2..4 tokens.
+void Scheduler::draft(int n_decoding) {
+  // Rows a step may spend on drafts: decode is bound by reading the weights, so a few extra rows
+  // cost little alone, but as more sequences decode the step turns compute-bound and each
+  // sequence's share shrinks, to nothing at kSpecRows decoding sequences.
+  int budget = std::min(kSpecRows - n_decoding, opts_.max_batch - n_decoding);
+  std::vector<int32_t> hist;
+  for (auto& s : running_) {
+    s->draft.clear();
+    if (s->pending < 0 || budget <= 0 || !opts_.spec_ngram || !rewindable_) continue;
+    const auto& c = slots_[s->slot].cached;
+    // Room: the drafts' K/V must fit the slot, and no more tokens than max_tokens allows.
+    int room = opts_.n_ctx - int(c.size()) - 1;
+    if (s->req.max_tokens >= 0) room = std::min(room, s->req.max_tokens - s->n_gen - 1);
+    const int n = std::min({s->draft_cur, room, budget});
+    if (n <= 0) continue;
+    hist.assign(c.begin(), c.end());
+    hist.push_back(s->pending);
+    s->draft = draft_ngram(hist.data(), hist.size(), 2, 4, n);
+    budget -= int(s->draft.size());
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
-  if (running_.empty()) return;
+}
 
+// Phase 3b: the plan as a Batch; parts[i] of plan belongs to seqs[i]. The tokens join their
+// slots' `cached` now; rejected drafts leave again in process_outputs.
+Batch Scheduler::build_batch(const BatchPlan& plan, const std::vector<Seq*>& seqs) {
   Batch b;
-  std::vector<Seq*> row_seq;  // [n_wanted] which sequence each logits row belongs to
-  auto push = [&](Seq& s, int32_t tok, bool want) {
+  for (const BatchPart& part : plan.parts) {
+    Seq& s = *seqs[size_t(part.seq)];
     Slot& sl = slots_[s.slot];
-    b.token.push_back(tok);
-    b.pos.push_back(int32_t(sl.cached.size()));
-    b.slot.push_back(s.slot);
-    b.logits.push_back(want ? 1 : 0);
-    sl.cached.push_back(tok);
-    if (want) row_seq.push_back(&s);
-  };
-  // Decode tokens first: one per generating sequence, so their latency never waits on prefill.
-  for (auto& s : running_)
-    if (s->pending >= 0) {
-      push(*s, s->pending, true);
-      s->pending = -1;
+    for (int i = 0; i < part.n; i++) {
+      int32_t tok;
+      if (part.decode) tok = i == 0 ? s.pending : s.draft[size_t(i - 1)];
+      else tok = s.req.prompt[s.prompt_done + size_t(i)];
+      b.token.push_back(tok);
+      b.pos.push_back(int32_t(part.pos0) + i);
+      b.slot.push_back(s.slot);
+      b.logits.push_back(part.decode || (part.last_chunk && i + 1 == part.n) ? 1 : 0);
+      sl.cached.push_back(tok);
     }
-  int budget = opts_.max_batch - int(b.token.size());
-  // With decode tokens aboard, the step's length is their latency: prefill rides along only up
-  // to the cost of a quarter batch at depth 0. A prompt token at depth d costs 1 + d/unit, so
-  // deep in a 20k-token prompt a chunk shrinks to tens of tokens, and a concurrent stream keeps
-  // getting tokens every fraction of a second instead of one per multi-second 512-token chunk.
-  // (Attention cost is per token, so the prefill loses little; alone, it runs full batches.)
-  // A step that yields a token (a decode, or a prompt's last chunk) is someone's latency.
-  bool latency = !b.token.empty();
-  double cost_left = opts_.max_batch / 4.0;
-  // Shortest remaining prompt first: a request admitted while another slot prefills a long
-  // prompt has its own prefill in the very next step, instead of waiting for every chunk of the
-  // long one, which rides along by cost in that step and while the new request decodes.
-  // Stable, so equal prompts keep their admission order. (A row's bits do not depend on its
-  // neighbours in a batch, which mixing decode tokens with prefill already relies on.)
-  std::vector<Seq*> prefilling;  // [sequences with prompt left] by remaining prompt tokens
-  for (auto& s : running_)
-    if (s->prompt_done < s->req.prompt.size() && s->n_gen == 0) prefilling.push_back(s.get());
-  std::stable_sort(prefilling.begin(), prefilling.end(), [](const Seq* a, const Seq* b) {
-    return a->req.prompt.size() - a->prompt_done < b->req.prompt.size() - b->prompt_done;
-  });
-  for (Seq* s : prefilling) {
-    if (budget <= 0) break;
-    const auto& p = s->req.prompt;
-    size_t k = std::min(p.size() - s->prompt_done, size_t(budget));
-    if (latency) {
-      if (cost_left <= 0) break;
-      const size_t pos0 = slots_[s->slot].cached.size();
-      size_t fit = 0;
-      while (fit < k && cost_left > 0) {
-        cost_left -= attention_depth_unit_ > 0 ? 1.0 + double(pos0 + fit) / attention_depth_unit_ : 1.0;
-        fit++;
-      }
-      k = fit;
-    }
-    for (size_t i = 0; i < k; i++) {
-      const size_t j = s->prompt_done + i;
-      push(*s, p[j], j + 1 == p.size());
-    }
-    s->prompt_done += k;
-    budget -= int(k);
-    // A prompt finishing here gets its first token from this step: the longer ones behind it
-    // ride along by cost too, so that the step stays short.
-    if (s->prompt_done == p.size()) latency = true;
+    if (part.decode) s.pending = -1;
+    else s.prompt_done += size_t(part.n);
   }
-  if (b.token.empty()) return;
+  return b;
+}
 
+// Phase 4: run. On a fault the K/V of every slot in the batch is suspect: drop it all and fail
+// every running sequence.
+bool Scheduler::run(const Batch& b, std::vector<EngineEvent>& out) {
   try {
     model_->forward(b, logits_.data());
+    steps_++;
+    return true;
   } catch (const std::exception& e) {
-    // The KV of every slot in this batch is now suspect: drop it and fail the sequences.
     for (auto& s : running_) {
       EngineEvent ev;
       ev.kind = EngineEvent::Error;
@@ -455,9 +441,178 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
       slots_[i].seq = nullptr;
     }
     running_.clear();
-    return;
+    return false;
   }
-  steps_++;
+}
+
+// Phase 5a: draw the next token of s from its logits row, under its grammar; a lazy grammar's
+// trigger opening here switches the constraint mid-token. -1 = the sequence failed.
+int32_t Scheduler::sample_row(Seq& s, float* row, std::vector<EngineEvent>& out) {
+  int32_t tok = s.sampler.sample(row, n_vocab_, s.constraint());
+  // Lazy grammar: does this token open a call? Then the call grammar takes the trigger's
+  // bytes, and this token's bytes past them; a token it cannot take is drawn again under it.
+  size_t call_from = 0;  // bytes of this token's piece before the call begins
+  bool triggered = false;
+  if (tok >= 0 && s.triggers && !tok_->is_eog(tok)) {
+    const std::string piece = tok_->piece(tok, false);
+    const size_t at = s.triggers->scan(piece);
+    if (at == TriggerScanner::npos) {
+      s.triggers->append(piece);
+    } else {
+      triggered = true;
+      const std::string& text = s.triggers->text();
+      s.call = std::make_unique<GrammarConstraint>(s.req.lazy_grammar, trie());
+      const size_t before = std::min(at, text.size());
+      if (!s.call->matcher().accept(std::string_view(text).substr(before))) {
+        fail(s, "grammar: the call grammar does not take its own trigger (internal error)", out);
+        return -1;
+      }
+      call_from = at > text.size() ? at - text.size() : 0;
+      s.call_both = std::make_unique<CallConstraint>(s.call.get(), s.grammar.get());
+      if (!s.call->matcher().allows(std::string_view(piece).substr(call_from))) {
+        // The row still holds this step's logits (penalties applied, a request grammar's
+        // mask at most): draw again, the call grammar deciding from the trigger on.
+        tok = s.sampler.sample(row, n_vocab_, s.call_both.get(), false);
+        call_from = 0;
+      }
+      s.triggers.reset();
+    }
+  }
+  if (tok < 0) {
+    // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
+    // can spell; end the request rather than spin.
+    GrammarConstraint* g = s.call ? s.call.get() : s.grammar.get();
+    const std::string why = g && !g->error().empty() ? g->error() : "no token of the vocabulary can continue it";
+    fail(s, "grammar: generation cannot continue: " + why, out);
+    return -1;
+  }
+  if (s.call) {
+    const bool ok = triggered && call_from > 0 ? s.call->matcher().accept(std::string_view(tok_->piece(tok, false)).substr(call_from)) : s.call->accept(tok);
+    if (!ok) {
+      fail(s, "grammar: the sampled token was rejected (internal error)", out);
+      return -1;
+    }
+    // The request's own grammar narrows the call while it can; once it cannot, it is gone.
+    if (s.grammar && (!s.call_both->own() || !s.grammar->accept(tok))) {
+      s.call_both->drop_own();
+      s.grammar.reset();
+    }
+  } else if (s.grammar && !s.grammar->accept(tok)) {
+    fail(s, "grammar: the sampled token was rejected (internal error)", out);
+    return -1;
+  }
+  return tok;
+}
+
+// Phase 5b: emit tok, then end s if it is done: end of generation, a finished grammar,
+// max_tokens, or a full slot (held: tokens the slot holds once tok's input is counted).
+// Returns whether s goes on.
+bool Scheduler::emit(Seq& s, int32_t tok, size_t held, Clock::time_point now, std::vector<EngineEvent>& out) {
+  s.sampler.accept(tok);
+  s.t_last = now;
+  if (tok_->is_eog(tok)) {
+    finish(s, "stop", out);
+    return false;
+  }
+  s.n_gen++;
+  EngineEvent ev;
+  ev.kind = EngineEvent::Token;
+  ev.id = s.req.id;
+  ev.token = tok;
+  ev.text = s.utf8.push(tok_->piece(tok, false));
+  if (s.n_gen == 1) {
+    ev.first = true;
+    ev.queue_ms = ms_between(s.t_submit, s.t_admit);
+    ev.prompt_ms = ms_between(s.t_admit, s.t_first);
+  }
+  out.push_back(std::move(ev));
+  // The grammar is complete and allows nothing more: stop now instead of spending a step on
+  // an end-of-generation token (which also covers vocabularies without one).
+  GrammarConstraint* ends = s.call ? s.call.get() : s.grammar.get();
+  if (ends && ends->finished()) finish(s, "stop", out);
+  else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
+  else if (int(held) >= opts_.n_ctx) finish(s, "length", out);
+  else return true;
+  return false;
+}
+
+// Phase 5: every part's logits rows, in batch order. A decode part's rows are sampled in turn
+// while each drawn token confirms the draft token fed after it (accepted_prefix's rule, applied
+// as it goes); the K/V of the drafts past the first mismatch is dropped from the slot.
+void Scheduler::process_outputs(const BatchPlan& plan, const std::vector<Seq*>& seqs, std::vector<EngineEvent>& out) {
+  const auto now = Clock::now();
+  size_t r = 0;  // logits row
+  for (const BatchPart& part : plan.parts) {
+    const bool wants = part.decode || part.last_chunk;
+    if (!wants) continue;
+    Seq& s = *seqs[size_t(part.seq)];
+    const int slot = s.slot;
+    const int first = part.decode ? 0 : part.n - 1;  // first row of the part with logits
+    const int n_rows = part.n - first;
+    int last = 0;  // index of the last row consumed
+    // Counted as they go, so the Done event of a sequence ending mid-part has them.
+    const int drafted = part.decode ? int(s.draft.size()) : 0;
+    s.draft_n += drafted;
+    spec_draft_tokens_ += drafted;
+    for (int i = 0; i < n_rows; i++) {
+      last = i;
+      if (s.n_gen == 0) s.t_first = now;
+      const int32_t tok = sample_row(s, logits_.data() + (r + size_t(i)) * size_t(n_vocab_), out);
+      if (tok < 0) break;
+      if (!emit(s, tok, part.pos0 + size_t(first + i) + 1, now, out)) break;
+      // The next row holds the logits after draft[i]: usable only if tok is draft[i].
+      if (i + 1 < n_rows && tok == s.draft[size_t(i)]) {
+        s.draft_accepted++;
+        spec_accepted_tokens_++;
+        continue;
+      }
+      s.pending = tok;
+      break;
+    }
+    if (drafted > 0) {
+      s.draft_cur = adapt_draft(s.draft_cur, drafted, last, opts_.spec_draft_max);  // last = accepted
+      // Drafts never consumed leave the slot (and so never reach the host cache).
+      const size_t keep = part.pos0 + size_t(last) + 1;
+      if (slots_[slot].cached.size() > keep) {
+        model_->kv_truncate(slot, int(keep));
+        slots_[slot].cached.resize(keep);
+      }
+    }
+    r += size_t(n_rows);
+  }
+}
+
+void Scheduler::step(std::vector<EngineEvent>& out) {
+  admit(out);
+  // Start events leave before the forward pass: a client learns its request is admitted at
+  // once, not after the first prefill chunk (seconds on a long prompt).
+  if (!out.empty()) {
+    publish_stats();
+    sink_(std::move(out));
+    out.clear();
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
+  if (running_.empty()) return;
+
+  int n_decoding = 0;
+  for (auto& s : running_) n_decoding += s->pending >= 0;
+  draft(n_decoding);
+  std::vector<SeqWork> work;
+  std::vector<Seq*> seqs;
+  for (auto& s : running_) {
+    SeqWork w;
+    w.slot = s->slot;
+    w.pos = slots_[s->slot].cached.size();
+    w.decoding = s->pending >= 0;
+    w.n_draft = int(s->draft.size());
+    if (!w.decoding && s->n_gen == 0) w.prompt_left = s->req.prompt.size() - s->prompt_done;
+    work.push_back(w);
+    seqs.push_back(s.get());
+  }
+  const BatchPlan plan = plan_batch(work, opts_.max_batch, attention_depth_unit_);
+  if (plan.rows == 0) return;
+  const Batch b = build_batch(plan, seqs);
+  if (!run(b, out)) return;
   // State points whose prefill is complete go to the host cache now: the slot may be serving
   // someone else by the time a new session of this client arrives.
   if (cache_)
@@ -466,90 +621,7 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
         s->state_point_saved = true;
         save_to_host(s->slot, size_t(s->req.state_point));
       }
-  const auto now = Clock::now();
-  for (size_t r = 0; r < row_seq.size(); r++) {
-    Seq& s = *row_seq[r];
-    float* row = logits_.data() + r * size_t(n_vocab_);
-    if (s.n_gen == 0) s.t_first = now;
-    int32_t tok = s.sampler.sample(row, n_vocab_, s.constraint());
-    // Lazy grammar: does this token open a call? Then the call grammar takes the trigger's
-    // bytes, and this token's bytes past them; a token it cannot take is drawn again under it.
-    size_t call_from = 0;  // bytes of this token's piece before the call begins
-    bool triggered = false;
-    if (tok >= 0 && s.triggers && !tok_->is_eog(tok)) {
-      const std::string piece = tok_->piece(tok, false);
-      const size_t at = s.triggers->scan(piece);
-      if (at == TriggerScanner::npos) {
-        s.triggers->append(piece);
-      } else {
-        triggered = true;
-        const std::string& text = s.triggers->text();
-        s.call = std::make_unique<GrammarConstraint>(s.req.lazy_grammar, trie());
-        const size_t before = std::min(at, text.size());
-        if (!s.call->matcher().accept(std::string_view(text).substr(before))) {
-          fail(s, "grammar: the call grammar does not take its own trigger (internal error)", out);
-          continue;
-        }
-        call_from = at > text.size() ? at - text.size() : 0;
-        s.call_both = std::make_unique<CallConstraint>(s.call.get(), s.grammar.get());
-        if (!s.call->matcher().allows(std::string_view(piece).substr(call_from))) {
-          // The row still holds this step's logits (penalties applied, a request grammar's
-          // mask at most): draw again, the call grammar deciding from the trigger on.
-          tok = s.sampler.sample(row, n_vocab_, s.call_both.get(), false);
-          call_from = 0;
-        }
-        s.triggers.reset();
-      }
-    }
-    if (tok < 0) {
-      // Cannot happen with a grammar whose every prefix has a continuation the vocabulary
-      // can spell; end the request rather than spin.
-      GrammarConstraint* g = s.call ? s.call.get() : s.grammar.get();
-      const std::string why = g && !g->error().empty() ? g->error() : "no token of the vocabulary can continue it";
-      fail(s, "grammar: generation cannot continue: " + why, out);
-      continue;
-    }
-    if (s.call) {
-      const bool ok = triggered && call_from > 0 ? s.call->matcher().accept(std::string_view(tok_->piece(tok, false)).substr(call_from)) : s.call->accept(tok);
-      if (!ok) {
-        fail(s, "grammar: the sampled token was rejected (internal error)", out);
-        continue;
-      }
-      // The request's own grammar narrows the call while it can; once it cannot, it is gone.
-      if (s.grammar && (!s.call_both->own() || !s.grammar->accept(tok))) {
-        s.call_both->drop_own();
-        s.grammar.reset();
-      }
-    } else if (s.grammar && !s.grammar->accept(tok)) {
-      fail(s, "grammar: the sampled token was rejected (internal error)", out);
-      continue;
-    }
-    s.sampler.accept(tok);
-    s.t_last = now;
-    if (tok_->is_eog(tok)) {
-      finish(s, "stop", out);
-      continue;
-    }
-    s.n_gen++;
-    EngineEvent ev;
-    ev.kind = EngineEvent::Token;
-    ev.id = s.req.id;
-    ev.token = tok;
-    ev.text = s.utf8.push(tok_->piece(tok, false));
-    if (s.n_gen == 1) {
-      ev.first = true;
-      ev.queue_ms = ms_between(s.t_submit, s.t_admit);
-      ev.prompt_ms = ms_between(s.t_admit, s.t_first);
-    }
-    out.push_back(std::move(ev));
-    // The grammar is complete and allows nothing more: stop now instead of spending a step on
-    // an end-of-generation token (which also covers vocabularies without one).
-    GrammarConstraint* ends = s.call ? s.call.get() : s.grammar.get();
-    if (ends && ends->finished()) finish(s, "stop", out);
-    else if (s.req.max_tokens >= 0 && s.n_gen >= s.req.max_tokens) finish(s, "length", out);
-    else if (int(slots_[s.slot].cached.size()) >= opts_.n_ctx) finish(s, "length", out);
-    else s.pending = tok;
-  }
+  process_outputs(plan, seqs, out);
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }), running_.end());
 }
 

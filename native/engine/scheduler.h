@@ -20,9 +20,11 @@
 #include "grammar.h"
 #include "prompt_cache.h"
 #include "sampler.h"
+#include "scheduler_phases.h"
 
 namespace mb {
 class Model;
+struct Batch;
 class Tokenizer;
 
 struct EngineRequest {
@@ -65,6 +67,8 @@ struct EngineEvent {
   int completion_tokens = 0;
   double prompt_ms = 0;            // slot assignment -> first token sampled (Done; first Token)
   double predicted_ms = 0;         // first token -> last token
+  int draft_n = 0;                 // Done: draft tokens verified (speculative decoding)
+  int draft_n_accepted = 0;        // Done: ... of which the output kept
   // Error
   std::string message;
   bool fault = false;              // the forward pass of the whole batch threw: engine state suspect
@@ -84,6 +88,8 @@ struct SchedulerStats {
   PromptCacheStats host_cache;     // all zero when the host cache is off
   std::vector<std::pair<std::string, int64_t>> routed_expert_calls;  // Model::routed_expert_calls()
   int64_t graph_captures = 0;      // Model::graph_captures()
+  int64_t spec_draft_tokens = 0;   // draft tokens verified, all requests
+  int64_t spec_accepted_tokens = 0;  // ... of which the output kept
 };
 
 struct SchedulerOptions {
@@ -99,6 +105,11 @@ struct SchedulerOptions {
   // when the scheduler stops is saved to the cache first, so the next server finds it there.
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
+  // Speculative decoding by n-gram lookup: a decoding sequence's next tokens are guessed from an
+  // earlier occurrence of its last few tokens in its own prompt and output, and verified in the
+  // step's one forward(); the output is the same as without it (greedy: token for token).
+  bool spec_ngram = false;
+  int spec_draft_max = 8;          // draft tokens per sequence per step, at most
 };
 
 class Scheduler {
@@ -128,6 +139,15 @@ class Scheduler {
   void loop();
   void step(std::vector<EngineEvent>& out);
   void admit(std::vector<EngineEvent>& out);
+  // The phases, in the order they run (scheduler_phases.h has the pure decisions).
+  bool accept_request(Seq& s, std::vector<EngineEvent>& out);
+  size_t reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt);
+  void draft(int n_decoding);
+  Batch build_batch(const BatchPlan& plan, const std::vector<Seq*>& seqs);
+  bool run(const Batch& b, std::vector<EngineEvent>& out);
+  int32_t sample_row(Seq& s, float* row, std::vector<EngineEvent>& out);
+  bool emit(Seq& s, int32_t tok, size_t held, Clock::time_point now, std::vector<EngineEvent>& out);
+  void process_outputs(const BatchPlan& plan, const std::vector<Seq*>& seqs, std::vector<EngineEvent>& out);
   void finish(Seq& s, const char* reason, std::vector<EngineEvent>& out);
   void fail(Seq& s, const std::string& message, std::vector<EngineEvent>& out);
   const std::shared_ptr<const TokenTrie>& trie();
@@ -154,10 +174,12 @@ class Scheduler {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;   // admission order
   std::vector<Slot> slots_;                     // [S]
-  std::vector<float> logits_;                   // [S, V] (at most one wanted row per sequence)
+  std::vector<float> logits_;                   // [S + spec rows, V] (one wanted row per sequence, plus drafts)
+  bool rewindable_ = true;                      // Model::kv_rewindable: drafts can be rolled back
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off
   int64_t prefix_lookups_ = 0, prefix_hit_tokens_ = 0, prefix_lookup_tokens_ = 0, steps_ = 0;
+  int64_t spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   std::thread thread_;
 };
 

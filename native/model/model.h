@@ -85,6 +85,10 @@ class Model {
   // continued from: n, unless the model keeps only part of the past (a sliding-window layer
   // holds only its window, so a prefix that ends before the window is gone is not usable; then 0).
   virtual int kv_reusable(int slot, int n) const { (void)slot; return n; }
+  // Whether a slot can always be cut back to a few positions ago (speculative decoding drops
+  // the K/V of rejected draft tokens so): false for a model whose sliding-window ring may already
+  // have overwritten what those positions need.
+  virtual bool kv_rewindable() const { return true; }
   virtual size_t kv_bytes() const = 0;
   // The host prompt cache (engine/prompt_cache.h) saves and restores K/V through these. One
   // position of a slot, every layer, is kv_token_bytes() bytes; runs are token-major

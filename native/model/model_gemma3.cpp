@@ -98,6 +98,8 @@ class Gemma3 final : public Transformer {
     return std::max(0, n - gp_.n_swa + 1) >= ring_lo_[slot] ? n : 0;
   }
 
+  bool kv_rewindable() const override { return false; }
+
   void kv_truncate(int slot, int pos) override {
     if (slot < 0 || slot >= S_) throw std::out_of_range("model: kv_truncate slot out of range");
     const int keep = std::max(0, std::min(pos, slot_len(slot)));

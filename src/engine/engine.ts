@@ -58,6 +58,8 @@ export interface EngineOptions {
   cache_disk_mib?: number;
   /** Jinja chat template (--chat-template FILE's text) used instead of the GGUF's own, or for a model that has none. */
   chat_template?: string;
+  /** Speculative decoding (--spec): "ngram" or "off" (absent = off). */
+  spec?: "ngram" | "off";
 }
 
 export interface ManagedEngine extends Engine {
@@ -152,6 +154,7 @@ class WorkerEngine implements ManagedEngine {
     });
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
     const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512, device: opts.device ?? "cpu" };
+    if (opts.spec !== undefined) load.spec = opts.spec;
     if ((opts.cache_ram_mib ?? 0) > 0) {
       this.ownedCachePath = opts.cache_path === undefined ? newCachePath(opts.cache_ram_mib! * 1024 * 1024) : null;
       load.cache_ram_mib = opts.cache_ram_mib;
@@ -521,6 +524,8 @@ class WorkerEngine implements ManagedEngine {
         predicted_per_second: predicted_ms > 0 && predicted_n > 1 ? ((predicted_n - 1) * 1000) / predicted_ms : null,
         cache_n: job.cached_tokens,
         queue_ms: job.queue_ms,
+        draft_n: native?.draft_n ?? 0,
+        draft_n_accepted: native?.draft_n_accepted ?? 0,
       },
     });
     job.chan.end();
@@ -597,6 +602,8 @@ class WorkerEngine implements ManagedEngine {
       prefix_lookups: n?.prefix_lookups ?? 0,
       prefix_hit_tokens: n?.prefix_hit_tokens ?? 0,
       prefix_lookup_tokens: n?.prefix_lookup_tokens ?? 0,
+      spec_draft_tokens: n?.spec_draft_tokens ?? 0,
+      spec_accepted_tokens: n?.spec_accepted_tokens ?? 0,
       // Absent while no worker runs (loading, restarting): unknown, not zero.
       ...(n
         ? {

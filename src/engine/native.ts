@@ -23,6 +23,10 @@ export interface NativeLoadOptions {
   cache_dir?: string;
   /** Cap of the disk tier in MiB (0 or absent = none). */
   cache_disk_mib?: number;
+  /** Speculative decoding: "ngram" drafts from the request's own prompt and output (absent = off). */
+  spec?: "ngram" | "off";
+  /** Draft tokens per sequence per step, at most (default 8). */
+  spec_draft_max?: number;
 }
 
 export interface NativeModelInfo {
@@ -117,6 +121,9 @@ export type NativeEvent =
       queue_ms: number;
       prompt_ms: number;
       predicted_ms: number;
+      /** Draft tokens verified, and how many of them the output kept (speculative decoding). */
+      draft_n: number;
+      draft_n_accepted: number;
     }
   /**
    * fault: the forward pass of the whole batch threw (the engine state is suspect); device_fault:
@@ -136,6 +143,9 @@ export interface NativeStats {
   steps: number;
   /** Launch sequences compiled while serving (CUDA graphs the CUDA model captured); 0 on the CPU. */
   graph_captures: number;
+  /** Speculative decoding: draft tokens verified, and accepted, over all requests. */
+  spec_draft_tokens: number;
+  spec_accepted_tokens: number;
   /** Host prompt cache (all 0 and a null namespace when it is off); blocks shared by prompts count once. */
   host_cache_bytes: number;
   host_cache_cap_bytes: number;

@@ -114,6 +114,9 @@ export interface Timings {
   predicted_per_second: number | null;
   cache_n: number;
   queue_ms: number;
+  /** Speculative decoding (llama-server's names): draft tokens verified, and those the output kept. */
+  draft_n?: number;
+  draft_n_accepted?: number;
 }
 
 /** The parsed output stream. Text, thinking and tool calls never overlap within one event. */
@@ -161,6 +164,9 @@ export interface EngineStats {
   prefix_lookups: number;
   prefix_hit_tokens: number;
   prefix_lookup_tokens: number;
+  /** Speculative decoding: draft tokens verified, and accepted, over all requests (absent: no worker). */
+  spec_draft_tokens?: number;
+  spec_accepted_tokens?: number;
   /**
    * Host prompt cache: bytes held (each shared block once), its cap (0 = off), LRU evictions,
    * prompt tokens restored from it into a slot, and its namespace id. Absent = no host cache.

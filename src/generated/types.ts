@@ -848,6 +848,10 @@ export interface components {
         MashboxTimings: {
             /** @description Prompt tokens served from the prefix cache. */
             cache_n: number;
+            /** @description Draft tokens verified by speculative decoding (0 when it is off). */
+            draft_n?: number;
+            /** @description Draft tokens the output kept, of draft_n. */
+            draft_n_accepted?: number;
             /** @description Milliseconds from the first to the last new token. */
             predicted_ms: number;
             /** @description New tokens. */

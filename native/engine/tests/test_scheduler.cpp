@@ -31,6 +31,13 @@ static int32_t next_of(const std::vector<int32_t>& hist) {
   return int32_t(h % 60);  // never 60..63
 }
 
+// A model that repeats itself with a period (speculative decoding's best case): the token
+// `period` back, once the history is that long.
+static int32_t next_periodic(const std::vector<int32_t>& hist, int period) {
+  if (period <= 0 || hist.size() < size_t(period) || (!hist.empty() && hist.back() == kForceEog)) return next_of(hist);
+  return hist[hist.size() - size_t(period)];
+}
+
 class FakeModel : public Model {
  public:
   FakeModel(int slots) : kv_(slots) { cfg_.arch = "fake"; cfg_.n_vocab = kVocab; }
@@ -66,7 +73,7 @@ class FakeModel : public Model {
       if (!b.logits[t]) continue;
       float* row = out + r++ * kVocab;
       for (int v = 0; v < kVocab; v++) row[v] = 0.f;
-      row[next_of(kv)] = 10.f;
+      row[next_periodic(kv, period)] = 10.f;
     }
     tokens_forwarded += b.token.size();
   }
@@ -76,6 +83,7 @@ class FakeModel : public Model {
     copies++;
   }
   int copies = 0;
+  int period = 0;  // > 0: next_periodic
   size_t kv_bytes() const override { return 0; }
   // The host prompt cache sees the fake's "K/V" (the token ids it holds) as 4 bytes a position.
   size_t kv_token_bytes() const override { return sizeof(int32_t); }
@@ -131,6 +139,7 @@ struct Result {
   std::vector<int32_t> tokens;
   std::string text, finish, message;
   int completion = 0;
+  int draft_n = 0;
 };
 
 struct Collector {
@@ -143,7 +152,7 @@ struct Collector {
       Result& r = res[e.id];
       if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
-      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; }
+      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; r.draft_n = e.draft_n; }
       if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.device_fault = e.device_fault; r.message = e.message; }
     }
     cv.notify_all();
@@ -177,6 +186,17 @@ static std::vector<int32_t> expected(std::vector<int32_t> hist, int n) {
   return out;
 }
 
+static std::vector<int32_t> expected_periodic(std::vector<int32_t> hist, int n, int period) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; i++) {
+    int32_t t = next_periodic(hist, period);
+    if (t == kEog) break;
+    out.push_back(t);
+    hist.push_back(t);
+  }
+  return out;
+}
+
 static EngineRequest req(uint64_t id, std::vector<int32_t> prompt, int max_tokens) {
   EngineRequest r;
   r.id = id;
@@ -185,7 +205,44 @@ static EngineRequest req(uint64_t id, std::vector<int32_t> prompt, int max_token
   return r;
 }
 
+// Speculative decoding on the fake: output identical to plain decoding, on a model that
+// repeats (drafts accepted) and one that never does (drafts rejected and rolled back: the fake
+// counts any position written out of order), with prefill and max_tokens and the context end
+// cutting drafts short.
+static void test_spec(int period) {
+  auto model = std::make_unique<FakeModel>(3);
+  FakeModel* fm = model.get();
+  fm->period = period;
+  Collector c;
+  SchedulerOptions o{3, 400, 512};
+  o.spec_ngram = true;
+  o.spec_draft_max = 6;
+  Scheduler s(std::move(model), std::make_shared<FakeTok>(), o, [&](auto&& e) { c.sink(std::move(e)); });
+  const int lens[] = {70, 5, 130, 61, 300, 12, 90};
+  const int maxes[] = {60, 25, 41, 7, -1, 33, 200};
+  for (int i = 0; i < 7; i++) s.submit(req(i + 1, make_prompt(lens[i], i), maxes[i]));
+  int64_t draft_events = 0;
+  for (int i = 0; i < 7; i++) {
+    Result r = c.wait(i + 1);
+    const int n = maxes[i] >= 0 ? maxes[i] : 401 - lens[i];
+    const auto want = expected_periodic(make_prompt(lens[i], i), n, period);
+    check(r.tokens == want, "spec period " + std::to_string(period) + ": request " + std::to_string(i + 1) + " as without speculation");
+    CHECK_EQ(r.completion, int(want.size()));
+    draft_events += r.draft_n;
+  }
+  CHECK_EQ(fm->bad_pos, 0);
+  auto st = s.stats();
+  CHECK(st.spec_draft_tokens > 0);
+  CHECK_EQ(st.spec_draft_tokens, draft_events);
+  CHECK(st.spec_accepted_tokens <= st.spec_draft_tokens);
+  if (period > 0) CHECK(st.spec_accepted_tokens > st.spec_draft_tokens / 2);
+  std::printf("spec period %d: %lld drafted, %lld accepted, %lld steps\n", period, (long long)st.spec_draft_tokens,
+              (long long)st.spec_accepted_tokens, (long long)st.steps);
+}
+
 int main() {
+  test_spec(60);
+  test_spec(0);
   {  // continuous batching: many requests, 3 slots, one prompt longer than a batch
     auto model = std::make_unique<FakeModel>(3);
     FakeModel* fm = model.get();

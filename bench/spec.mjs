@@ -1,0 +1,164 @@
+#!/usr/bin/env node
+// Speculative decoding by n-gram lookup (--spec ngram) against plain decoding, through the addon,
+// on one GGUF, greedy, alternating round by round (off, ngram, off, ngram, ...). Workloads:
+//   - rename: ask the model to rename one variable in a 20-line function and return the function
+//     (issue 23's code-edit turn: most of the answer repeats the prompt);
+//   - prose: a short story, which the prompt cannot predict.
+// Per workload it prints decode tok/s (tokens after the first over the time from the first to
+// the last), the tokens produced, drafted and accepted, and checks both modes produced the same
+// tokens (greedy speculation is exact). Then aggregate tok/s of --streams concurrent prose
+// streams (one slot each), where drafts compete with the other streams' rows for the step.
+// The load average is printed, since the box is shared.
+//
+//   --model PATH   (default ~/.cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)
+//   --rounds N     (default 3)   --threads N (default: all cores)   --tokens N (default 256)
+//   --draft-max N  (default 8)    --streams N (default 4; 0 skips)
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { availableParallelism, homedir, loadavg } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const { values: a } = parseArgs({
+  options: {
+    model: { type: "string" },
+    rounds: { type: "string" },
+    threads: { type: "string" },
+    tokens: { type: "string" },
+    "draft-max": { type: "string" },
+    streams: { type: "string" },
+  },
+});
+const MODEL = a.model ?? join(homedir(), ".cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+const ROUNDS = Number(a.rounds ?? 3);
+const THREADS = Number(a.threads ?? availableParallelism());
+const TOKENS = Number(a.tokens ?? 256);
+const DRAFT_MAX = Number(a["draft-max"] ?? 8);
+const STREAMS = Number(a.streams ?? 4);
+
+const FUNCTION = `function summarize(orders) {
+  let total = 0;
+  let count = 0;
+  const byCustomer = new Map();
+  for (const order of orders) {
+    if (order.status !== "paid") continue;
+    total += order.amount;
+    count += 1;
+    const prev = byCustomer.get(order.customer) ?? 0;
+    byCustomer.set(order.customer, prev + order.amount);
+  }
+  let best = null;
+  for (const [customer, amount] of byCustomer) {
+    if (best === null || amount > best.amount) best = { customer, amount };
+  }
+  const average = count > 0 ? total / count : 0;
+  const rounded = Math.round(average * 100) / 100;
+  return { total, count, average: rounded, best };
+}`;
+const chatml = (user) =>
+  `<|im_start|>system\nYou are a helpful coding assistant.<|im_end|>\n<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`;
+const WORKLOADS = {
+  rename: chatml(`Rename the variable \`total\` to \`revenue\` in this function and return the whole function, nothing else.\n\n\`\`\`js\n${FUNCTION}\n\`\`\``),
+  prose: chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
+};
+
+const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
+if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
+if (!existsSync(MODEL)) throw new Error(`model missing at ${MODEL}`);
+const addon = createRequire(import.meta.url)(addonPath);
+
+async function open(spec) {
+  const engine = new addon.Engine();
+  const runs = new Map();
+  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX }, (evs) => {
+    for (const e of evs) {
+      const r = runs.get(e.id);
+      if (!r) continue;
+      if (e.type === "token") {
+        r.times.push(performance.now());
+        r.tokens.push(e.token);
+      }
+      if (e.type === "done" || e.type === "error") r.resolve({ done: e, times: r.times, tokens: r.tokens });
+    }
+  });
+  let next = 1;
+  return {
+    engine,
+    tok: (text) => Array.from(engine.tokenize(text, false, true)),
+    run: (prompt, max_tokens) =>
+      new Promise((res) => {
+        const id = next++;
+        runs.set(id, { times: [], tokens: [], resolve: res });
+        engine.submit({ id, prompt, max_tokens, sampling: { temperature: 0 } });
+      }),
+  };
+}
+
+const rate = (times) => (times.length > 1 ? ((times.length - 1) * 1000) / (times[times.length - 1] - times[0]) : NaN);
+const f1 = (x) => (Number.isFinite(x) ? x.toFixed(1) : "-");
+const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+
+console.log(`spec bench: ${MODEL}, ${THREADS} threads, ${TOKENS} tokens max, draft max ${DRAFT_MAX}, ${ROUNDS} rounds`);
+const engines = { off: await open("off"), ngram: await open("ngram") };
+for (const e of Object.values(engines)) await e.run(e.tok("Hello"), 4); // page the weights in
+const results = {};
+for (const [name, text] of Object.entries(WORKLOADS)) {
+  results[name] = { off: [], ngram: [], drafted: 0, accepted: 0, same: true, n: 0 };
+  let ref = null;
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const mode of ["off", "ngram"]) {
+      const e = engines[mode];
+      const { done, times, tokens } = await e.run(e.tok(text), TOKENS);
+      if (done.type === "error") throw new Error(`${name} ${mode}: ${done.message}`);
+      const r = rate(times);
+      results[name][mode].push(r);
+      if (mode === "ngram") {
+        results[name].drafted += done.draft_n;
+        results[name].accepted += done.draft_n_accepted;
+      }
+      if (ref === null) ref = tokens.join(",");
+      else if (tokens.join(",") !== ref) results[name].same = false;
+      results[name].n = tokens.length;
+      console.log(`  [${round}] ${name.padEnd(6)} ${mode.padEnd(5)} ${f1(r)} tok/s, ${tokens.length} tokens` +
+        (mode === "ngram" ? `, ${done.draft_n} drafted, ${done.draft_n_accepted} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+    }
+  }
+}
+console.log("\nworkload  tokens  off tok/s  ngram tok/s  speedup  acceptance  identical");
+for (const [name, r] of Object.entries(results)) {
+  const off = median(r.off), on = median(r.ngram);
+  console.log(`${name.padEnd(9)} ${String(r.n).padStart(6)}  ${f1(off).padStart(9)}  ${f1(on).padStart(11)}  ${(on / off).toFixed(2).padStart(6)}x  ` +
+    `${r.drafted ? ((100 * r.accepted) / r.drafted).toFixed(0) : "-"}% of ${r.drafted}`.padEnd(12) + `  ${r.same ? "yes" : "NO"}`);
+}
+if (STREAMS > 0) {
+  const topics = ["a lighthouse keeper", "a lost robot", "a baker in Paris", "a mountain village", "a time traveller", "a river"];
+  const agg = { off: [], ngram: [] };
+  let same = true;
+  for (let round = 0; round < ROUNDS; round++) {
+    const texts = {};
+    for (const mode of ["off", "ngram"]) {
+      const e = engines[mode];
+      const prompts = Array.from({ length: STREAMS }, (_, i) => e.tok(chatml(`Write a short story about ${topics[i % topics.length]}.`)));
+      const t0 = performance.now();
+      const outs = await Promise.all(prompts.map((p) => e.run(p, TOKENS / 2)));
+      const firsts = outs.map((o) => o.times[0]);
+      const t1 = Math.max(...outs.map((o) => o.times.at(-1)));
+      const n = outs.reduce((k, o) => k + o.tokens.length - 1, 0);
+      const r = (n * 1000) / (t1 - Math.min(...firsts));
+      agg[mode].push(r);
+      texts[mode] = outs.map((o) => o.tokens.join(",")).join("|");
+      const d = outs.reduce((k, o) => k + o.done.draft_n, 0), acc = outs.reduce((k, o) => k + o.done.draft_n_accepted, 0);
+      console.log(`  [${round}] ${STREAMS} streams ${mode.padEnd(5)} ${f1(r)} tok/s aggregate (${f1(performance.now() - t0)} ms)` +
+        (mode === "ngram" ? `, ${d} drafted, ${acc} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+    }
+    if (texts.off !== texts.ngram) same = false;
+  }
+  const off = median(agg.off), on = median(agg.ngram);
+  console.log(`${STREAMS} streams: off ${f1(off)} tok/s, ngram ${f1(on)} tok/s aggregate, ${(on / off).toFixed(2)}x, identical ${same ? "yes" : "NO"}`);
+  if (!same) results.streams = { same: false };
+}
+console.log(`(medians over ${ROUNDS} rounds; load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
+for (const e of Object.values(engines)) await e.engine.close();
+if (Object.values(results).some((r) => !r.same)) process.exit(1);

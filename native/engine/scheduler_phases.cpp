@@ -1,0 +1,113 @@
+#include "scheduler_phases.h"
+
+#include <algorithm>
+
+namespace mb {
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t l = 0;
+  while (l < n && a[l] == b[l]) l++;
+  return l;
+}
+
+SlotChoice pick_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt) {
+  SlotChoice c;
+  for (int i = 0; i < int(slots.size()); i++) {
+    if (slots[i].busy) continue;
+    const size_t l = common_prefix(*slots[i].cached, prompt);
+    if (c.slot < 0 || l > c.lcp || (l == c.lcp && slots[i].cached->size() < slots[c.slot].cached->size())) {
+      c.slot = i;
+      c.lcp = l;
+    }
+  }
+  if (c.slot < 0) return c;
+  c.donor_lcp = c.lcp;
+  for (int i = 0; i < int(slots.size()); i++) {
+    if (!slots[i].busy) continue;
+    const size_t l = common_prefix(*slots[i].cached, prompt);
+    if (l > c.donor_lcp) {
+      c.donor = i;
+      c.donor_lcp = l;
+    }
+  }
+  return c;
+}
+
+ReuseFrom choose_reuse(const SlotChoice& c, size_t host_n, bool donor_ok, size_t min_copy) {
+  if (c.donor >= 0 && c.donor_lcp >= c.lcp + min_copy && c.donor_lcp >= host_n && donor_ok) return ReuseFrom::Donor;
+  if (host_n >= c.lcp + min_copy) return ReuseFrom::Host;
+  return ReuseFrom::Slot;
+}
+
+BatchPlan plan_batch(const std::vector<SeqWork>& seqs, int max_batch, double depth_unit) {
+  BatchPlan p;
+  for (int i = 0; i < int(seqs.size()); i++)
+    if (seqs[i].decoding) {
+      const int n = 1 + seqs[i].n_draft;
+      p.parts.push_back({i, n, seqs[i].pos, true, false});
+      p.rows += n;
+    }
+  int budget = max_batch - p.rows;
+  // A step that yields a token (a decode, or a prompt's last chunk) is someone's latency: deep
+  // in a long prompt a chunk then shrinks to tens of tokens, and a concurrent stream keeps
+  // getting tokens every fraction of a second instead of one per multi-second full chunk.
+  bool latency = p.rows > 0;
+  double cost_left = max_batch / 4.0;
+  // Shortest remaining prompt first (stable: equal prompts keep their admission order), so a
+  // request admitted behind a long prefill has its own prefill in the very next step.
+  std::vector<int> prefilling;
+  for (int i = 0; i < int(seqs.size()); i++)
+    if (!seqs[i].decoding && seqs[i].prompt_left > 0) prefilling.push_back(i);
+  std::stable_sort(prefilling.begin(), prefilling.end(),
+                   [&](int a, int b) { return seqs[a].prompt_left < seqs[b].prompt_left; });
+  for (int i : prefilling) {
+    if (budget <= 0) break;
+    size_t k = std::min(seqs[i].prompt_left, size_t(budget));
+    if (latency) {
+      if (cost_left <= 0) break;
+      size_t fit = 0;
+      while (fit < k && cost_left > 0) {
+        cost_left -= depth_unit > 0 ? 1.0 + double(seqs[i].pos + fit) / depth_unit : 1.0;
+        fit++;
+      }
+      k = fit;
+    }
+    const bool last = k == seqs[i].prompt_left;
+    p.parts.push_back({i, int(k), seqs[i].pos, false, last});
+    p.rows += int(k);
+    budget -= int(k);
+    // A prompt finishing here gets its first token from this step: the longer ones behind it
+    // ride along by cost too, so that the step stays short.
+    if (last) latency = true;
+  }
+  return p;
+}
+
+std::vector<int32_t> draft_ngram(const int32_t* hist, size_t n, int min_n, int max_n, int max_draft) {
+  if (max_draft <= 0 || min_n < 1) return {};
+  for (int m = std::min<int>(max_n, int(n) - 1); m >= min_n; m--) {
+    const int32_t* suf = hist + n - size_t(m);
+    // Latest earlier occurrence first: recent text predicts the next tokens best.
+    for (size_t j = n - size_t(m); j-- > 0;) {
+      if (!std::equal(suf, suf + m, hist + j)) continue;
+      const size_t from = j + size_t(m), to = std::min(n, from + size_t(max_draft));
+      return std::vector<int32_t>(hist + from, hist + to);
+    }
+  }
+  return {};
+}
+
+int adapt_draft(int cur, int drafted, int accepted, int max) {
+  if (drafted > 0 && accepted == drafted) cur += 2;
+  else if (drafted > 0 && accepted == 0) cur /= 2;
+  return std::max(1, std::min(cur, max));
+}
+
+int accepted_prefix(const std::vector<int32_t>& draft, const std::vector<int32_t>& sampled) {
+  int a = 0;
+  while (size_t(a) < draft.size() && size_t(a) < sampled.size() && sampled[size_t(a)] == draft[size_t(a)]) a++;
+  return a;
+}
+
+}  // namespace mb

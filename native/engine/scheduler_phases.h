@@ -1,0 +1,87 @@
+// The scheduler's decisions as pure functions over plain records, so each can be read and
+// unit-tested alone (tests/test_scheduler_phases.cpp). Scheduler (scheduler.cpp) owns the state
+// and the side effects and calls these in order, once per step:
+//
+//   admit:  pick_slot -> choose_reuse -> (Scheduler::reuse_prefix: K/V copy, restore or truncate)
+//   step:   draft_ngram per decoding sequence -> plan_batch -> (Scheduler::run: forward)
+//           -> (Scheduler::process_outputs: sample, grammar, stop, detokenize; accept_drafts)
+//
+// Dimension legend: S slots, P prompt tokens, H a sequence's history (prompt + output).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mb {
+
+// Tokens a and b share from the start.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+// ---- pick a slot -------------------------------------------------------------------------------
+struct SlotView {
+  const std::vector<int32_t>* cached = nullptr;  // tokens whose K/V the slot holds
+  bool busy = false;                              // a sequence runs in it
+};
+struct SlotChoice {
+  int slot = -1;        // free slot to run in; -1 = none free
+  size_t lcp = 0;       // prompt tokens it already holds
+  int donor = -1;       // busy slot holding a longer shared prefix; -1 = none
+  size_t donor_lcp = 0;
+};
+// The free slot sharing the longest prefix with the prompt; ties go to the slot caching the
+// least, so longer caches survive for the requests that can use them. A busy slot sharing more
+// than that is the donor (concurrent chats with one system prompt).
+SlotChoice pick_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt);
+
+// ---- reuse a prefix ----------------------------------------------------------------------------
+enum class ReuseFrom { Slot, Donor, Host };
+// Where the prompt's prefix K/V comes from. host_n: tokens the host cache holds for the prompt
+// (0 = none or off); donor_ok: the donor's prefix is reusable (kv_reusable) in full. A copy must
+// gain at least min_copy tokens over what the slot already shares to be worth its traffic.
+ReuseFrom choose_reuse(const SlotChoice& c, size_t host_n, bool donor_ok, size_t min_copy);
+
+// ---- plan the batch ----------------------------------------------------------------------------
+// One running sequence as the planner sees it.
+struct SeqWork {
+  int slot = -1;
+  size_t pos = 0;           // tokens its slot holds (the next row's position)
+  bool decoding = false;    // it has a sampled token to feed back this step
+  int n_draft = 0;          // draft tokens to verify behind that token
+  size_t prompt_left = 0;   // prompt tokens not yet prefilled (sequences still prefilling)
+};
+// One contiguous run of rows of one sequence in the step's batch.
+struct BatchPart {
+  int seq = -1;             // index into the planner's input
+  int n = 0;                // rows: 1 + n_draft for a decode, a chunk length for a prefill
+  size_t pos0 = 0;          // position of its first row
+  bool decode = false;      // decode (+ drafts): every row wants logits; prefill: the last only if
+  bool last_chunk = false;  // ... the chunk ends the prompt
+};
+struct BatchPlan {
+  std::vector<BatchPart> parts;  // decodes first in input order, then prefill chunks
+  int rows = 0;
+};
+// Decode rows first, so their latency never waits on prefill; then prefill chunks, shortest
+// remaining prompt first, within max_batch rows. With a token-yielding row aboard, prefill rides
+// along only up to the cost of a quarter batch at depth 0, a prompt token at depth d costing
+// 1 + d / depth_unit (depth_unit 0 = unknown: each costs 1).
+BatchPlan plan_batch(const std::vector<SeqWork>& seqs, int max_batch, double depth_unit);
+
+// ---- draft (n-gram prompt lookup) --------------------------------------------------------------
+// The continuation, up to max_draft tokens, of the latest earlier occurrence of the history's
+// longest suffix of min_n..max_n tokens. Empty when no suffix of min_n tokens recurs.
+std::vector<int32_t> draft_ngram(const int32_t* hist, size_t n, int min_n, int max_n, int max_draft);
+
+// Draft length for the next step from the last one's: a fully accepted draft earns two more
+// tokens, a fully rejected one halves it; never below 1 nor above max.
+int adapt_draft(int cur, int drafted, int accepted, int max);
+
+// ---- process outputs ---------------------------------------------------------------------------
+// How many of `draft` the sampled tokens confirm: sampled[i] is the token drawn from the row
+// after draft[i - 1] (sampled[0] from the decode row), and draft[i] stands only if
+// sampled[i] == draft[i]. For a point-mass draft this is the standard speculative rule: draft d
+// survives with probability p(d), and a rejected position keeps its token, drawn from p — which
+// given that it is not d is exactly p with d removed and renormalized.
+int accepted_prefix(const std::vector<int32_t>& draft, const std::vector<int32_t>& sampled);
+
+}  // namespace mb
