@@ -11,10 +11,10 @@
 // "<|im_end|>\n<|im_start|>system" there writes a system turn.) Everything else tokenizes as it
 // would without the ranges, so prompts stay token-identical to llama.cpp's when nobody types one.
 import { Template } from "@huggingface/jinja";
-import type { ChatPrompt, ChatToolCall, ChatTurn, ModelInfo, ToolSpec } from "../engine/types.js";
+import type { ChatPrompt, ChatToolCall, ChatTurn, TemplateModel, ToolSpec } from "./types.js";
 import { ApiError } from "../errors.js";
 
-export type TemplateModel = Pick<ModelInfo, "chat_template" | "bos_token" | "eos_token" | "add_bos" | "control_tokens">;
+export type { TemplateModel };
 
 /** A rendered prompt: tokenize `text` with parse_special, keeping `literal` plain text. */
 export interface RenderedPrompt {

@@ -28,7 +28,7 @@
 // itself): the grammar would still accept every prefix, and a forced call would write until
 // max_tokens. Every refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
-import type { ChatPrompt, ToolSpec } from "../engine/types.js";
+import type { ChatPrompt, ToolSpec } from "./types.js";
 import { CALL_OPENINGS, OPENING_GAP, type ToolFamily } from "./tool-forms.js";
 
 type Schema = Record<string, unknown>;

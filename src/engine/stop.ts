@@ -149,21 +149,3 @@ export class StopMatcher {
     return t;
   }
 }
-
-/**
- * Length of the longest suffix of `text` that is a proper prefix of one of `needles`: text that
- * must be held back until more arrives (the <think>/<tool_call> tags in the output parsers, a
- * handful of short fixed strings).
- */
-export function heldPrefix(text: string, needles: readonly string[]): number {
-  let best = 0;
-  for (const s of needles) {
-    for (let n = Math.min(s.length - 1, text.length); n > best; n--) {
-      if (text.endsWith(s.slice(0, n))) {
-        best = n;
-        break;
-      }
-    }
-  }
-  return best;
-}

@@ -5,7 +5,8 @@
 import { expect } from "chai";
 import fc from "fast-check";
 import { readFileSync } from "node:fs";
-import { heldPrefix, MAX_STOP_LENGTH, MAX_STOP_STRINGS, StopMatcher } from "../../src/engine/stop.js";
+import { MAX_STOP_LENGTH, MAX_STOP_STRINGS, StopMatcher } from "../../src/engine/stop.js";
+import { heldPrefix } from "../../src/chat/parsers/common.js";
 
 /** The earliest match in held + piece wins, at one position the longest; a proper prefix at the end is held. */
 class NaiveStopMatcher {
@@ -114,7 +115,9 @@ describe("stop matcher", () => {
     const doc = JSON.parse(readFileSync("openapi.json", "utf8"));
     for (const name of ["ChatCompletionRequest", "TextCompletionRequest", "AnthropicMessagesRequest", "ResponsesRequest"]) {
       const props = doc.components.schemas[name].properties;
-      const list = props.stop.oneOf.find((b: { type: string }) => b.type === "array");
+      // A list may be a shared component ({"$ref": "#/components/schemas/…"}).
+      const deref = (b: { $ref?: string }) => (b.$ref ? doc.components.schemas[b.$ref.replace("#/components/schemas/", "")] : b);
+      const list = props.stop.oneOf.map(deref).find((b: { type: string }) => b.type === "array");
       const one = props.stop.oneOf.find((b: { type: string }) => b.type === "string");
       expect(list.maxItems, name).to.equal(MAX_STOP_STRINGS);
       expect(list.items.maxLength, name).to.equal(MAX_STOP_LENGTH);
