@@ -30,7 +30,7 @@ export interface EngineOptions {
   n_ctx: number;
   n_slots: number;
   n_threads: number;
-  /** Where the model runs (default cpu); checked at start-up by the CLI (cli.ts checkDevice). */
+  /** Where the model runs (default cpu); checked at start-up by the CLI (device.ts checkDevice). */
   device?: "cpu" | "cuda";
   /** Tokens per forward() (prefill chunks + decode tokens); default 512. */
   max_batch?: number;
