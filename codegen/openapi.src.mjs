@@ -46,8 +46,8 @@ const byType = (cases) =>
 
 // ---------------------------------------------------------------- request fields
 
-// Bounds of src/engine/stop.ts (MAX_STOP_STRINGS, MAX_STOP_LENGTH; test/engine/stop.test.ts checks
-// they agree): the stop matcher's automaton is built from the request's strings, so their size
+// The stop matcher's bounds (src/engine/stop.ts reads them from src/generated/limits.ts, which
+// codegen writes from these): its automaton is built from the request's strings, so their size
 // is what one request may make the engine hold.
 const MAX_STOP_STRINGS = 64;
 const MAX_STOP_LENGTH = 1024;

@@ -8,10 +8,12 @@
 // the longest end of the text so far that begins a stop string, which is exactly the text to
 // hold back, so the held text is never copied or rescanned.
 
+import { FIELD_LIMITS } from "../generated/limits.js";
+
 /** Most stop strings a request may give (openapi.json: maxItems of stop / stop_sequences). */
-export const MAX_STOP_STRINGS = 64;
+export const MAX_STOP_STRINGS: number = FIELD_LIMITS.stop.maxItems;
 /** Longest stop string, in characters (openapi.json: maxLength). */
-export const MAX_STOP_LENGTH = 1024;
+export const MAX_STOP_LENGTH: number = FIELD_LIMITS.stop.maxLength;
 
 /** The trie of the stop strings with its failure links; built on the first piece, not while queued. */
 class Automaton {
