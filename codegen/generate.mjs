@@ -187,7 +187,7 @@ async function render() {
   const doc = buildOpenapi();
   const openapiJson = JSON.stringify(doc, null, 2) + "\n";
   // Types come from the serialized document, so they describe exactly what is committed.
-  const ast = await openapiTS(JSON.parse(openapiJson), { alphabetize: true, exportType: false, defaultNonNullable: false });
+  const ast = await openapiTS(JSON.parse(openapiJson), { alphabetize: true, exportType: false, defaultNonNullable: false, emptyObjectsUnknown: true });
   const types = HEADER + astToString(ast);
   return {
     "openapi.json": openapiJson,
