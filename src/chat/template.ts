@@ -1,7 +1,7 @@
 // Chat prompt builder: renders the GGUF's own tokenizer.chat_template with @huggingface/jinja so
 // that the prompt matches what the model was trained on (and what llama.cpp renders). Templates
 // without tool support get the tools in the Hermes <tool_call> convention, which the output
-// parser (./parser.ts) reads back.
+// parser (./parsers/hermes.ts) reads back.
 //
 // Only the template's own scaffolding may become control tokens. Every string the request
 // supplies (message text, tool calls and results, tool specs) has the model's control-token texts

@@ -4,7 +4,7 @@
 //
 //   <tool_call>\n{"name": "<allowed name>", "arguments": <object per that tool's schema>}\n</tool_call>
 //
-// (the Hermes block src/chat/parser.ts reads back, so the call flows through every dialect
+// (the Hermes block src/chat/parsers/hermes.ts reads back, so the call flows through every dialect
 // unchanged) followed by end of generation. The grammar syntax is native/engine/grammar.h's.
 //
 // JSON layout is fixed, the way json.dumps writes it (", " and ": ", no other whitespace), so a
