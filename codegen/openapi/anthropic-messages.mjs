@@ -1,27 +1,5 @@
 // Anthropic Messages and token counting (src/dialects/anthropic-messages/): its wire schemas, request bodies and routes.
-import {
-  MODEL_ID_PLACEHOLDER,
-  ref,
-  unsupportedValues,
-  json,
-  ex,
-  byType,
-  SAMPLING_FIELDS,
-  COMMON_FIELDS,
-  maxTokens,
-  MAX_COMPLETION_TOKENS,
-  textOnlyPart,
-  TEXT_REQUIRED,
-  TOOL_NAME,
-  TOOL_DESCRIPTION,
-  TOOL_SCHEMA,
-  errorSchemas,
-  one,
-  resp,
-  sse,
-  OPTIONAL_KEY,
-  requestBody,
-} from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_COMPLETION_TOKENS, textOnlyPart, TEXT_REQUIRED, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, errorSchemas, one, resp, sse, OPTIONAL_KEY, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 

@@ -1,38 +1,5 @@
 // OpenAI Chat Completions (src/dialects/openai-chat/): its wire schemas, request body and route.
-import {
-  MODEL_ID_PLACEHOLDER,
-  ref,
-  unsupportedValues,
-  nullable,
-  json,
-  ex,
-  byType,
-  SAMPLING_FIELDS,
-  COMMON_FIELDS,
-  maxTokens,
-  MAX_TOKENS,
-  NOT_SUPPORTED_LOGPROBS,
-  TOP_LOGPROBS,
-  MERGE,
-  STORE,
-  TOOL_CHOICE_MODE,
-  TOOL_CHOICE_FUNCTION,
-  MEDIA_REFUSED,
-  textOnlyPart,
-  TEXT_REQUIRED,
-  TOOL_NAME,
-  TOOL_DESCRIPTION,
-  TOOL_SCHEMA,
-  CHAT_FINISH,
-  LOGPROBS_OUT,
-  EXAMPLE_CREATED,
-  EXAMPLE_TIMINGS,
-  one,
-  sse,
-  OPTIONAL_KEY,
-  openaiGenerationResponses,
-  requestBody,
-} from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, nullable, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, NOT_SUPPORTED_LOGPROBS, TOP_LOGPROBS, MERGE, STORE, TOOL_CHOICE_MODE, TOOL_CHOICE_FUNCTION, MEDIA_REFUSED, textOnlyPart, TEXT_REQUIRED, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, CHAT_FINISH, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 

@@ -1,25 +1,5 @@
 // OpenAI Completions (src/dialects/openai-completions/): its wire schemas, request body and route.
-import {
-  MODEL_ID_PLACEHOLDER,
-  ref,
-  unsupportedValues,
-  json,
-  ex,
-  SAMPLING_FIELDS,
-  COMMON_FIELDS,
-  MAX_TOKENS,
-  MAX_COMPLETION_TOKENS,
-  NOT_SUPPORTED_LOGPROBS,
-  MERGE,
-  LOGPROBS_OUT,
-  EXAMPLE_CREATED,
-  EXAMPLE_TIMINGS,
-  one,
-  sse,
-  OPTIONAL_KEY,
-  openaiGenerationResponses,
-  requestBody,
-} from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, SAMPLING_FIELDS, COMMON_FIELDS, MAX_TOKENS, MAX_COMPLETION_TOKENS, NOT_SUPPORTED_LOGPROBS, MERGE, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 

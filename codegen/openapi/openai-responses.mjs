@@ -1,34 +1,5 @@
 // OpenAI Responses (src/dialects/openai-responses/): its wire schemas, request body and route.
-import {
-  MODEL_ID_PLACEHOLDER,
-  ref,
-  UNSUPPORTED_KEYWORD,
-  unsupportedValues,
-  nullable,
-  json,
-  ex,
-  byType,
-  SAMPLING_FIELDS,
-  COMMON_FIELDS,
-  maxTokens,
-  MAX_TOKENS,
-  MAX_COMPLETION_TOKENS,
-  TOP_LOGPROBS,
-  STORE,
-  TOOL_CHOICE_MODE,
-  MEDIA_REFUSED,
-  textOnlyPart,
-  TOOL_NAME,
-  TOOL_DESCRIPTION,
-  TOOL_SCHEMA,
-  EXAMPLE_CREATED,
-  one,
-  responses,
-  sse,
-  OPTIONAL_KEY,
-  openaiGenerationResponses,
-  requestBody,
-} from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, UNSUPPORTED_KEYWORD, unsupportedValues, nullable, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, MAX_COMPLETION_TOKENS, TOP_LOGPROBS, STORE, TOOL_CHOICE_MODE, MEDIA_REFUSED, textOnlyPart, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, EXAMPLE_CREATED, one, responses, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 

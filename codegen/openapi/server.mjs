@@ -1,14 +1,5 @@
 // The server's own routes: health, the model list, metrics and this document.
-import {
-  MODEL_ID_PLACEHOLDER,
-  ref,
-  json,
-  ex,
-  one,
-  openaiError,
-  resp,
-  OPTIONAL_KEY,
-} from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, json, ex, one, openaiError, resp, OPTIONAL_KEY } from "./shared.mjs";
 
 export const schemas = {};
 
