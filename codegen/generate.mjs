@@ -1,8 +1,8 @@
-// `npm run codegen`: codegen/openapi.src.mjs -> openapi.json -> src/generated/{types.ts,operations.ts}.
+// `npm run codegen`: codegen/openapi.src.mjs -> openapi.json -> src/generated/{types.ts,operations.ts,limits.ts}.
 // Output is byte-stable: the same source always gives the same bytes, so a regenerate that shows a
 // diff means someone edited a generated file (or openapi.json) by hand.
 //
-//   node codegen/generate.mjs           write all three files
+//   node codegen/generate.mjs           write all four files
 //   node codegen/generate.mjs --check   write nothing; exit 1 if any file differs from what it would write
 import { readFileSync, writeFileSync, mkdirSync, existsSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
@@ -96,16 +96,104 @@ export type SsePayload<Op extends OperationId> = OperationSsePayloads[Op];
 `;
 }
 
+const BOUND_KEYS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "default", "minItems", "maxItems", "minLength", "maxLength"];
+
+/**
+ * The bounds of one request field: its type (null stripped) and the keywords above. A oneOf of a
+ * string and a list of strings (stop) gives the list's item and count bounds, the string's
+ * length agreeing with its items'. Null when the field has no bound.
+ */
+function fieldLimits(doc, schema, where) {
+  const deref = (s) => (s.$ref ? doc.components.schemas[s.$ref.replace("#/components/schemas/", "")] : s);
+  const typeOf = (s) => (Array.isArray(s.type) ? s.type.filter((t) => t !== "null") : [s.type]).filter(Boolean);
+  const own = (s) => {
+    const out = {};
+    for (const k of BOUND_KEYS) if (s[k] !== undefined) out[k] = s[k];
+    return out;
+  };
+  const s = deref(schema);
+  if (s.oneOf) {
+    const branches = s.oneOf.map(deref).filter((b) => b.type !== "null");
+    const list = branches.find((b) => typeOf(b)[0] === "array");
+    const one = branches.find((b) => typeOf(b)[0] === "string");
+    if (!list || !one || branches.length !== 2) return null;
+    const items = own(deref(list.items ?? {}));
+    if (JSON.stringify(own(one)) !== JSON.stringify(items)) throw new Error(`${where}: its string and its list's items are bounded differently`);
+    const out = { type: "string_or_list", ...own(list), ...items };
+    return Object.keys(out).length > 1 ? out : null;
+  }
+  const types = typeOf(s);
+  if (types.length !== 1) return null;
+  const out = { type: types[0], ...own(s) };
+  if (types[0] === "array" && s.items) {
+    const items = own(deref(s.items));
+    for (const k of ["minLength", "maxLength"]) if (items[k] !== undefined) out[k] = items[k];
+  }
+  return Object.keys(out).length > 1 ? out : null;
+}
+
+/** Every bounded top-level field of the generating request bodies; a field bounded two ways fails. */
+function limitsOf(doc) {
+  const fields = {};
+  const from = {};
+  for (const op of operationsOf(doc)) {
+    if (!op.request_schema || !op.sse_schema) continue;
+    const body = doc.components.schemas[op.request_schema];
+    for (const [name, schema] of Object.entries(body.properties ?? {})) {
+      const l = fieldLimits(doc, schema, `${op.request_schema}.${name}`);
+      if (l === null) continue;
+      if (fields[name] !== undefined && JSON.stringify(fields[name]) !== JSON.stringify(l))
+        throw new Error(`${name} is bounded one way in ${from[name]} and another in ${op.request_schema}: one definition in codegen/openapi.src.mjs`);
+      fields[name] ??= l;
+      from[name] ??= op.request_schema;
+    }
+  }
+  return Object.fromEntries(Object.keys(fields).sort().map((k) => [k, fields[k]]));
+}
+
+function limitsTs(doc) {
+  const rows = Object.entries(limitsOf(doc)).map(([name, l]) => {
+    const parts = Object.entries(l).map(([k, v]) => `${k}: ${JSON.stringify(v)}`);
+    return `  ${name}: { ${parts.join(", ")} },`;
+  });
+  return `${HEADER}// The bounds and defaults of the generating routes' request fields (the JSON Schema keywords
+// minimum, maximum, exclusiveMinimum, exclusiveMaximum, default, minItems, maxItems, minLength,
+// maxLength), one entry per field name: every request body that has the field bounds it the same
+// way (codegen refuses otherwise). A string_or_list field (stop) is a string or a list of them:
+// minItems/maxItems count the list, minLength/maxLength bound each string.
+
+export interface FieldLimits {
+  type: "number" | "integer" | "string" | "array" | "boolean" | "object" | "string_or_list";
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  exclusiveMaximum?: number;
+  default?: number | string | boolean;
+  minItems?: number;
+  maxItems?: number;
+  minLength?: number;
+  maxLength?: number;
+}
+
+export const FIELD_LIMITS = {
+${rows.join("\n")}
+} as const satisfies Record<string, FieldLimits>;
+
+export type LimitedField = keyof typeof FIELD_LIMITS;
+`;
+}
+
 async function render() {
   const doc = buildOpenapi();
   const openapiJson = JSON.stringify(doc, null, 2) + "\n";
   // Types come from the serialized document, so they describe exactly what is committed.
-  const ast = await openapiTS(JSON.parse(openapiJson), { alphabetize: true, exportType: false, defaultNonNullable: false });
+  const ast = await openapiTS(JSON.parse(openapiJson), { alphabetize: true, exportType: false, defaultNonNullable: false, emptyObjectsUnknown: true });
   const types = HEADER + astToString(ast);
   return {
     "openapi.json": openapiJson,
     "src/generated/types.ts": types,
     "src/generated/operations.ts": operationsTs(doc),
+    "src/generated/limits.ts": limitsTs(JSON.parse(openapiJson)),
   };
 }
 

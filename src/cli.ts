@@ -3,9 +3,9 @@
 import { existsSync, readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { availableParallelism } from "node:os";
-import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "./engine/types.js";
-import type { CudaFootprint, CudaProbe, NativeAddon } from "./engine/native.js";
-import { notReadyError, unloadedModel } from "./engine/readiness.js";
+import { unloadedModel } from "./engine/readiness.js";
+import { DeferredEngine } from "./engine/deferred.js";
+import { checkDevice, checkModelOnDevice, DeviceError } from "./engine/device.js";
 import { AUTO_CTX_MAX, AUTO_KV_TOKENS, DEFAULTS, autoContext, isLoopback, promptCacheDir } from "./config.js";
 import { keysRequiredMessage, loadApiKeys } from "./security.js";
 import { findModel, isPresent, localPath, pull, readRegistry, resolveModel } from "./models.js";
@@ -161,102 +161,6 @@ export function parseRunArgs(args: string[]): RunConfig {
   };
 }
 
-const EMPTY_STATS: EngineStats = {
-  slots_total: 0,
-  slots_in_use: 0,
-  waiting: 0,
-  kv_tokens_used: 0,
-  kv_tokens_total: 0,
-  prefix_lookups: 0,
-  prefix_hit_tokens: 0,
-  prefix_lookup_tokens: 0,
-  worker_pid: null,
-  worker_restarts: 0,
-};
-
-/**
- * Stands in for the engine while the model is still being pulled, so the server can listen
- * at once and answer "loading"; afterwards every call goes to the real engine.
- */
-export class DeferredEngine implements Engine {
-  private inner: Engine | null = null;
-  constructor(private placeholder: ModelInfo) {}
-  attach(engine: Engine): void {
-    this.inner = engine;
-  }
-  get state(): Engine["state"] {
-    return this.inner?.state ?? "loading";
-  }
-  get model(): ModelInfo {
-    return this.inner?.model ?? this.placeholder;
-  }
-  countTokens(input: GenerationRequest["input"]): Promise<number> {
-    if (!this.inner) return Promise.reject(notReadyError("loading"));
-    return this.inner.countTokens(input);
-  }
-  submit(req: GenerationRequest, signal?: AbortSignal): AsyncIterable<GenerationEvent> {
-    if (!this.inner) throw notReadyError("loading");
-    return this.inner.submit(req, signal);
-  }
-  stats(): EngineStats {
-    return this.inner?.stats() ?? { ...EMPTY_STATS, slots_total: this.placeholder.slots, kv_tokens_total: this.placeholder.slots * this.placeholder.n_ctx };
-  }
-}
-
-const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
-
-/**
- * The start-up error for a model whose weights and KV cache (with the CUDA model's scratch) do
- * not fit in the device's memory, naming both numbers; null when they fit. The CUDA model checks
- * the device's free memory again when it loads.
- */
-export function cudaFitError(fp: CudaFootprint, device: Pick<CudaProbe, "name" | "total_bytes">, n_slots: number, n_ctx: number): string | null {
-  const need = fp.weight_bytes + fp.kv_bytes + fp.scratch_bytes;
-  if (need <= device.total_bytes) return null;
-  return (
-    `--device cuda: the model needs ${gib(need)} of device memory (weights ${gib(fp.weight_bytes)}, KV cache ${gib(fp.kv_bytes)} for ${n_slots} slots × ${n_ctx} tokens, scratch ${gib(fp.scratch_bytes)}), ` +
-    `but ${device.name} has ${gib(device.total_bytes)} in all. Use fewer --slots, a smaller --ctx, or --device cpu.`
-  );
-}
-
-/**
- * `--device cuda` before anything listens: an addon with the CUDA model and a device, or a clear
- * error saying what was asked and what was found. Never a silent fall-back to the CPU.
- */
-async function checkDevice(device: "cpu" | "cuda"): Promise<{ addon: NativeAddon; probe: CudaProbe } | null> {
-  if (device === "cpu") return null;
-  let addon: NativeAddon;
-  try {
-    const { loadAddon } = await import("./engine/native.js");
-    addon = loadAddon();
-  } catch (e) {
-    throw new UsageError(`--device cuda: the native addon cannot be loaded (${(e as Error).message})`);
-  }
-  if (addon.cuda !== true || !addon.cudaProbe) throw new UsageError("--device cuda: this build of mashbox has no CUDA backend (the native addon was built for the CPU). Use --device cpu, or build with CUDA.");
-  const d = addon.cudaProbe();
-  if (d.count === 0) throw new UsageError(`--device cuda: asked for a CUDA device, found none (${d.error}). Use --device cpu.`);
-  // An addon linked with the kernels but built before the CUDA model existed: refuse rather than
-  // serve from the CPU behind the user's back.
-  if (!addon.cudaArchitectures || !addon.cudaFootprint)
-    throw new UsageError(`--device cuda: found ${d.name} (compute capability ${d.cc}, ${(d.total_bytes / 2 ** 30).toFixed(0)} GiB), but this build's engine runs models on the CPU only. Use --device cpu, or rebuild with npm run build:cuda.`);
-  return { addon, probe: d };
-}
-
-/** Rows per forward() of the engine cli.ts starts (createEngine's default max_batch). */
-const ENGINE_MAX_BATCH = 512;
-
-/** The model file against the device: an architecture the CUDA model runs, and room for it. */
-function checkModelOnDevice(cuda: { addon: NativeAddon; probe: CudaProbe }, model_path: string, n_slots: number, n_ctx: number): void {
-  let fp: CudaFootprint;
-  try {
-    fp = cuda.addon.cudaFootprint!(model_path, n_slots, n_ctx, ENGINE_MAX_BATCH);
-  } catch (e) {
-    throw new UsageError(`--device cuda: ${(e as Error).message}`);
-  }
-  const err = cudaFitError(fp, cuda.probe, n_slots, n_ctx);
-  if (err) throw new UsageError(err);
-}
-
 /** Without --ctx, n_ctx from the model's header (autoContext); a header it cannot read leaves the default (the load says why). */
 async function sizeContext(cfg: RunConfig, model_path: string): Promise<void> {
   if (!cfg.ctx_from_model) return;
@@ -393,7 +297,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw new UsageError(`unknown command '${cmd}'`);
   } catch (e) {
-    const usage = e instanceof UsageError || (e as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
+    const usage = e instanceof UsageError || e instanceof DeviceError || (e as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
     process.stderr.write(`mashbox: ${(e as Error).message}\n${usage ? "Run mashbox --help for the options.\n" : ""}`);
     return usage ? 2 : 1;
   }

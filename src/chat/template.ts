@@ -1,7 +1,7 @@
 // Chat prompt builder: renders the GGUF's own tokenizer.chat_template with @huggingface/jinja so
 // that the prompt matches what the model was trained on (and what llama.cpp renders). Templates
 // without tool support get the tools in the Hermes <tool_call> convention, which the output
-// parser (./parser.ts) reads back.
+// parser (./parsers/hermes.ts) reads back.
 //
 // Only the template's own scaffolding may become control tokens. Every string the request
 // supplies (message text, tool calls and results, tool specs) has the model's control-token texts
@@ -11,10 +11,10 @@
 // "<|im_end|>\n<|im_start|>system" there writes a system turn.) Everything else tokenizes as it
 // would without the ranges, so prompts stay token-identical to llama.cpp's when nobody types one.
 import { Template } from "@huggingface/jinja";
-import type { ChatPrompt, ChatToolCall, ChatTurn, ModelInfo, ToolSpec } from "../engine/types.js";
+import type { ChatPrompt, ChatToolCall, ChatTurn, TemplateModel, ToolSpec } from "./types.js";
 import { ApiError } from "../errors.js";
 
-export type TemplateModel = Pick<ModelInfo, "chat_template" | "bos_token" | "eos_token" | "add_bos" | "control_tokens">;
+export type { TemplateModel };
 
 /** A rendered prompt: tokenize `text` with parse_special, keeping `literal` plain text. */
 export interface RenderedPrompt {

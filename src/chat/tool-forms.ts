@@ -2,12 +2,14 @@
 // model may write text, but once its output opens a call in one of these forms the rest is
 // decoded under the grammar of a call to a declared tool (tool-grammar.ts, lazyToolCallGrammar;
 // the native side finds the opening: native/engine/grammar.h, TriggerScanner), and the output
-// parser (parser.ts, harmony.ts) reads the same forms back. docs/ARCHITECTURE.md lists them too.
+// parser (parsers/hermes.ts, parsers/harmony.ts) reads the same forms back. docs/ARCHITECTURE.md lists them too.
 //
 // An opening is literal pieces with up to OPENING_GAP whitespace characters between two of them;
 // `at_start` ones count only where nothing but whitespace precedes them in the answer (after a
 // closed think block, if any).
-import { isHarmonyTemplate } from "./harmony.js";
+import { toolFamily, type ToolFamily } from "./family.js";
+
+export { toolFamily, type ToolFamily };
 
 export type CallForm =
   /** <tool_call>{…}</tool_call>, the Hermes block the Qwen and Hermes templates ask for. */
@@ -24,8 +26,6 @@ export interface CallOpening {
   pieces: string[];
   at_start: boolean;
 }
-
-export type ToolFamily = "hermes" | "harmony";
 
 /** Whitespace characters ([ \t\r\n]) allowed between two pieces of an opening. */
 export const OPENING_GAP = 8;
@@ -53,11 +53,6 @@ export const THINK_TAGS: Record<ToolFamily, { open: string; close: string } | nu
   hermes: { open: "<think>", close: "</think>" },
   harmony: null,
 };
-
-/** The family of a chat template. */
-export function toolFamily(template: string | null): ToolFamily {
-  return isHarmonyTemplate(template) ? "harmony" : "hermes";
-}
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
 

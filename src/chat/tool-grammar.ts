@@ -4,7 +4,7 @@
 //
 //   <tool_call>\n{"name": "<allowed name>", "arguments": <object per that tool's schema>}\n</tool_call>
 //
-// (the Hermes block src/chat/parser.ts reads back, so the call flows through every dialect
+// (the Hermes block src/chat/parsers/hermes.ts reads back, so the call flows through every dialect
 // unchanged) followed by end of generation. The grammar syntax is native/engine/grammar.h's.
 //
 // JSON layout is fixed, the way json.dumps writes it (", " and ": ", no other whitespace), so a
@@ -28,7 +28,7 @@
 // itself): the grammar would still accept every prefix, and a forced call would write until
 // max_tokens. Every refusal is a ToolSchemaError naming the tool. The engine runs this off the HTTP thread
 // (src/engine/grammar-pool.ts) with a time limit on top.
-import type { ChatPrompt, ToolSpec } from "../engine/types.js";
+import type { ChatPrompt, ToolSpec } from "./types.js";
 import { CALL_OPENINGS, OPENING_GAP, type ToolFamily } from "./tool-forms.js";
 
 type Schema = Record<string, unknown>;

@@ -1,6 +1,7 @@
-// The Engine the handlers talk to: admission (queue limits), the job state machine (one job per
-// request, retried once on a fresh worker when its client has received nothing), stop strings
-// and output parsing (thinking / tool calls), usage and llama-server-style timings. The model
+// The Engine the handlers talk to: admission (queue limits), dispatch to the worker, and retry
+// (one job per request, retried once on a fresh worker when its client has received nothing).
+// What becomes of the generated text (stop strings, the model family's output parser, the
+// thinking budget, usage and timings) is each attempt's output stage (output.ts). The model
 // runs in a worker process (worker-client.ts, worker.ts) so a native fault never takes the HTTP
 // server down; prompts and grammars come from prompt.ts.
 //
@@ -12,17 +13,15 @@
 import { ApiError, type ErrorCode } from "../errors.js";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo, FinishReason } from "./types.js";
 import type { WorkerReject, WorkerSubmit } from "./worker.js";
-import type { LazyGrammar, NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
+import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
 import { mkdirSync } from "node:fs";
 import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
-import { OutputParser } from "../chat/parser.js";
-import { HarmonyParser, isHarmonyTemplate } from "../chat/harmony.js";
 import { Channel } from "./channel.js";
-import { StopMatcher } from "./stop.js";
+import { OutputStage, requestParser, type StageStep } from "./output.js";
 import { WorkerClient } from "./worker-client.js";
 import { deadEndReason, GrammarPool, toolSchemaError } from "./grammar-pool.js";
 import { autoTools, forcedTools } from "../chat/tool-grammar.js";
-import { preparePrompt } from "./prompt.js";
+import { preparePrompt, type PreparedPrompt } from "./prompt.js";
 import { notReadyError, unloadedModel } from "./readiness.js";
 
 export interface EngineOptions {
@@ -31,7 +30,7 @@ export interface EngineOptions {
   n_ctx: number;
   n_slots: number;
   n_threads: number;
-  /** Where the model runs (default cpu); checked at start-up by the CLI (cli.ts checkDevice). */
+  /** Where the model runs (default cpu); checked at start-up by the CLI (device.ts checkDevice). */
   device?: "cpu" | "cuda";
   /** Tokens per forward() (prefill chunks + decode tokens); default 512. */
   max_batch?: number;
@@ -85,34 +84,15 @@ interface Job {
   /** Events of this attempt held back for a `whole` request until "done". */
   deferred: GenerationEvent[];
   finished: boolean;
-  // Per-attempt state
-  prompt_text: string;
-  add_special: boolean;
-  starts_in_thinking: boolean;
-  /** Output grammar (a forced tool choice's, or the request's own); undefined = free. */
-  grammar: string | undefined;
-  /** tool_choice auto: the call grammar once the output opens a call (prompt.ts). */
-  lazy_grammar: LazyGrammar | undefined;
-  /** State point in characters of prompt_text (prompt-cache.ts). */
-  state_point_chars: number;
-  /** Ranges of prompt_text never parsed into control tokens (PreparedPrompt.literal). */
-  literal: number[];
-  parser: OutputParser | HarmonyParser | null;
-  stops: StopMatcher;
-  /** Raw text of the native request now running (a thinking budget resubmits it as prompt). */
-  generated: string;
-  /** Text after prompt_text that the running native request was given: thinking cut at its budget. */
-  continued: string;
-  prompt_tokens: number;
-  cached_tokens: number;
-  completion_tokens: number;
-  reasoning_tokens: number;
-  queue_ms: number;
-  t_start: number;
-  t_first: number | null;
-  t_last: number;
+  /** The prompt text, its grammar and where it may be cached (prompt.ts); set before dispatch. */
+  prompt: PreparedPrompt;
+  /** The current attempt's output stage (output.ts). */
+  out: OutputStage;
   detach: () => void; // removes the abort listener once the job ends
 }
+
+/** A job's prompt before prepare() has built it. */
+const NO_PROMPT: PreparedPrompt = { text: "", literal: [], add_special: true, starts_in_thinking: false, grammar: undefined, state_point_chars: 0, family: null };
 
 /** The scheduler's words for a grammar that allows no token where the generation got to. */
 const GRAMMAR_DEAD_END = /^grammar: generation cannot continue: (.*)$/s;
@@ -304,25 +284,8 @@ class WorkerEngine implements ManagedEngine {
       output_sent: false,
       deferred: [],
       finished: false,
-      prompt_text: "",
-      add_special: true,
-      starts_in_thinking: false,
-      grammar: undefined,
-      lazy_grammar: undefined,
-      state_point_chars: 0,
-      literal: [],
-      parser: null,
-      stops: new StopMatcher(req.stop),
-      generated: "",
-      continued: "",
-      prompt_tokens: 0,
-      cached_tokens: 0,
-      completion_tokens: 0,
-      reasoning_tokens: 0,
-      queue_ms: 0,
-      t_start: 0,
-      t_first: null,
-      t_last: 0,
+      prompt: NO_PROMPT,
+      out: new OutputStage({ stop: req.stop, parser: null }),
       detach: () => {},
     };
     const cancel = () => this.cancelJob(job);
@@ -341,14 +304,7 @@ class WorkerEngine implements ManagedEngine {
 
   private async prepare(job: Job): Promise<void> {
     try {
-      const p = await preparePrompt(job.req.input, this.model, this.grammars, job.req.grammar);
-      job.prompt_text = p.text;
-      job.add_special = p.add_special;
-      job.starts_in_thinking = p.starts_in_thinking;
-      job.grammar = p.grammar;
-      job.lazy_grammar = p.lazy_grammar;
-      job.state_point_chars = p.state_point_chars;
-      job.literal = p.literal;
+      job.prompt = await preparePrompt(job.req.input, this.model, this.grammars, job.req.grammar);
     } catch (e) {
       this.preparing.delete(job);
       if (job.finished) return;
@@ -368,37 +324,24 @@ class WorkerEngine implements ManagedEngine {
   private dispatch(job: Job): void {
     job.attempts++;
     job.nid = this.nextNid++;
-    job.stops = new StopMatcher(job.req.stop);
     job.deferred = [];
-    job.completion_tokens = 0;
-    job.reasoning_tokens = 0;
-    job.t_first = null;
-    job.parser = null;
-    job.generated = "";
-    job.continued = "";
-    if (job.req.input.kind === "chat") {
-      let n = 0;
-      const base = job.req.id.replace(/[^A-Za-z0-9]/g, "").slice(-12) || "call";
-      const chat = job.req.input.chat;
-      const opts = {
-        // tool_choice "none": a <tool_call> the model writes anyway stays text.
-        tools: chat.tool_choice.type === "none" ? [] : chat.tools,
-        starts_in_thinking: job.starts_in_thinking,
-        new_call_id: () => `call_${base}_${n++}`,
-      };
-      // gpt-oss writes harmony (channels and recipients), not <think> / <tool_call> tags
-      job.parser = isHarmonyTemplate(this.model.chat_template) ? new HarmonyParser(opts) : new OutputParser(opts);
-    }
+    const p = job.prompt;
+    const input = job.req.input;
+    job.out = new OutputStage(
+      { stop: job.req.stop, parser: requestParser(job.req, p.family, p.starts_in_thinking), thinking_budget: input.kind === "chat" ? input.chat.thinking_budget : undefined },
+      job.out.prompt,
+    );
     this.jobs.set(job.nid, job);
-    this.submitNative(job, job.prompt_text, job.req.max_tokens ?? -1, job.literal);
+    this.submitNative(job, p.text, job.req.max_tokens ?? -1, p.literal);
   }
 
   private submitNative(job: Job, text: string, max_tokens: number, literal: number[]): void {
     const s = job.req.sampling;
+    const p = job.prompt;
     const sub: WorkerSubmit = {
       id: job.nid,
       text,
-      add_special: job.add_special,
+      add_special: job.prompt.add_special,
       parse_special: true,
       max_tokens,
       sampling: {
@@ -412,10 +355,10 @@ class WorkerEngine implements ManagedEngine {
         // A random seed is drawn here so a resend after a crash would be as random as a first try.
         seed: s.seed ?? Math.floor(Math.random() * 0xffffffff),
       },
-      ...(job.grammar !== undefined ? { grammar: job.grammar } : {}),
+      ...(p.grammar !== undefined ? { grammar: p.grammar } : {}),
       // Resent past a thinking budget, the output starts after the think block.
-      ...(job.lazy_grammar ? { lazy_grammar: job.continued === "" ? job.lazy_grammar : { ...job.lazy_grammar, starts_in_thinking: false } } : {}),
-      ...(job.state_point_chars > 0 ? { state_point_chars: job.state_point_chars } : {}),
+      ...(p.lazy_grammar ? { lazy_grammar: job.out.resumed ? { ...p.lazy_grammar, starts_in_thinking: false } : p.lazy_grammar } : {}),
+      ...(p.state_point_chars > 0 ? { state_point_chars: p.state_point_chars } : {}),
       ...(literal.length > 0 ? { literal } : {}),
     };
     this.worker.send({ t: "submit", req: sub });
@@ -426,7 +369,7 @@ class WorkerEngine implements ManagedEngine {
     if (this.jobs.get(job.nid) === job) this.worker.send({ t: "cancel", id: job.nid });
     // A job still in the resend queue or being prepared never reaches the worker.
     this.resend = this.resend.filter((j) => j !== job);
-    this.finishJob(job, "cancelled", null, null);
+    this.deliver(job, job.out.cancel());
   }
 
   private emit(job: Job, ev: GenerationEvent): void {
@@ -447,88 +390,45 @@ class WorkerEngine implements ManagedEngine {
     job.chan.end();
   }
 
-  /** Releases generated text: through the stop matcher, then the output parser for chat. */
-  private release(job: Job, text: string, final: boolean): boolean {
-    const r = job.stops.push(text);
-    const out = r.stop === null && final ? r.text + job.stops.flush() : r.text;
-    if (out.length > 0) {
-      if (job.parser) {
-        const evs = job.parser.push(out);
-        if (evs.some((e) => e.type === "thinking")) job.reasoning_tokens++;
-        for (const e of evs) this.emit(job, e);
-      } else this.emit(job, { type: "text", text: out });
+  /** A step of the output stage: its events, then what the engine does about how it ended. */
+  private step(job: Job, step: StageStep): void {
+    if (step.ended) this.worker.send({ t: "cancel", id: job.nid });
+    this.deliver(job, step.events);
+    if (step.resubmit) this.resubmit(job, step.resubmit);
+  }
+
+  /** Events of the output stage to the client; "done" ends the job. */
+  private deliver(job: Job, events: GenerationEvent[]): void {
+    for (const ev of events) {
+      if (ev.type !== "done") {
+        this.emit(job, ev);
+        continue;
+      }
+      if (job.finished) return;
+      job.finished = true;
+      job.waiting = false;
+      job.detach();
+      for (const e of job.deferred) job.chan.push(e);
+      job.deferred = [];
+      job.chan.push(ev);
+      job.chan.end();
     }
-    if (r.stop !== null) {
-      this.worker.send({ t: "cancel", id: job.nid });
-      this.finishJob(job, "stop_sequence", r.stop, null);
-      return true;
-    }
-    return false;
   }
 
   /**
-   * thinking.budget_tokens reached: the think block is closed the way the template writes it and
-   * the answer continues. The native request is cancelled and sent again with its thinking and
-   * the closing tag after the prompt; the slot still holds those tokens, so that prefill is a few
-   * tokens, and the client sees one uninterrupted response.
+   * The thinking budget ran out (output.ts): the native request is cancelled and sent again with
+   * its thinking and the closing tag after the prompt; the slot still holds those tokens, so that
+   * prefill is a few tokens.
    */
-  private endThinking(job: Job): void {
-    const close = job.parser!.thinking_close;
-    for (const e of job.parser!.push(close)) this.emit(job, e);
+  private resubmit(job: Job, r: NonNullable<StageStep["resubmit"]>): void {
     this.worker.send({ t: "cancel", id: job.nid });
     this.jobs.delete(job.nid);
-    const at = job.prompt_text.length + job.continued.length;
-    // The model's own text stays plain text; only the closing tag may be a control token.
-    const literal = [...job.literal, at, at + job.generated.length];
-    job.continued += job.generated + close;
-    job.generated = "";
+    const p = job.prompt;
+    const at = p.text.length;
     job.nid = this.nextNid++;
     this.jobs.set(job.nid, job);
     const max = job.req.max_tokens;
-    this.submitNative(job, job.prompt_text + job.continued, max === null ? -1 : Math.max(1, max - job.completion_tokens), literal);
-  }
-
-  private finishJob(job: Job, reason: FinishReason, stop_sequence: string | null, native: Extract<NativeEvent, { type: "done" }> | null): void {
-    if (job.finished) return;
-    // A request resubmitted past its thinking budget has timings of its own, not the native ones.
-    if (job.continued !== "") native = null;
-    if (job.parser && reason !== "cancelled") for (const e of job.parser.finish()) this.emit(job, e);
-    if (job.parser && job.parser.tool_calls > 0 && (reason === "stop" || reason === "stop_sequence")) reason = "tool_calls";
-    job.finished = true;
-    job.waiting = false;
-    job.detach();
-    for (const e of job.deferred) job.chan.push(e);
-    job.deferred = [];
-    const now = performance.now();
-    const prompt_n = job.prompt_tokens - job.cached_tokens;
-    const prompt_ms = native ? native.prompt_ms : job.t_first !== null ? job.t_first - job.t_start : now - job.t_start;
-    const predicted_ms = native ? native.predicted_ms : job.t_first !== null ? job.t_last - job.t_first : 0;
-    const predicted_n = job.completion_tokens;
-    job.chan.push({
-      type: "done",
-      finish_reason: reason,
-      stop_sequence,
-      usage: {
-        prompt_tokens: job.prompt_tokens,
-        cached_tokens: job.cached_tokens,
-        completion_tokens: job.completion_tokens,
-        reasoning_tokens: job.reasoning_tokens,
-      },
-      timings: {
-        prompt_n,
-        prompt_ms,
-        prompt_per_second: prompt_ms > 0 && prompt_n > 0 ? (prompt_n * 1000) / prompt_ms : null,
-        predicted_n,
-        predicted_ms,
-        // The first token ends the prompt phase; decode speed is the n - 1 tokens after it.
-        predicted_per_second: predicted_ms > 0 && predicted_n > 1 ? ((predicted_n - 1) * 1000) / predicted_ms : null,
-        cache_n: job.cached_tokens,
-        queue_ms: job.queue_ms,
-        draft_n: native?.draft_n ?? 0,
-        draft_n_accepted: native?.draft_n_accepted ?? 0,
-      },
-    });
-    job.chan.end();
+    this.submitNative(job, p.text + r.continuation, max === null ? -1 : Math.max(1, max - r.completion_tokens), [...p.literal, at + r.literal[0], at + r.literal[1]]);
   }
 
   private onNativeEvent(e: NativeEvent | WorkerReject): void {
@@ -545,32 +445,18 @@ class WorkerEngine implements ManagedEngine {
         return;
       case "start":
         job.waiting = false;
-        if (job.continued !== "") return; // the same request, past its thinking budget
-        job.prompt_tokens = e.prompt_tokens;
-        job.cached_tokens = e.cached_tokens;
-        job.queue_ms = e.queue_ms;
-        job.t_start = performance.now();
+        if (!job.out.start(e)) return; // the same request, past its thinking budget
         if (!job.started_sent) {
           job.started_sent = true;
           this.emit(job, { type: "start", prompt_tokens: e.prompt_tokens, cached_tokens: e.cached_tokens });
         }
         return;
-      case "token": {
-        const now = performance.now();
-        if (job.t_first === null) job.t_first = now;
-        job.t_last = now;
-        job.completion_tokens++;
-        job.generated += e.text;
-        if (e.text.length > 0 && this.release(job, e.text, false)) return;
-        const budget = job.req.input.kind === "chat" ? job.req.input.chat.thinking_budget : undefined;
-        if (budget !== undefined && job.parser?.in_thinking && job.reasoning_tokens >= budget) this.endThinking(job);
+      case "token":
+        this.step(job, job.out.token(e.text));
         return;
-      }
-      case "done": {
-        if (this.release(job, e.text, true)) return;
-        this.finishJob(job, e.finish === "cancelled" ? "cancelled" : e.finish, null, e);
+      case "done":
+        this.step(job, job.out.done(e.text, e.finish, e));
         return;
-      }
       case "error": {
         // A forced call's grammar that passed the up-front trial can still reach the grammar
         // engine's limits deeper in: the schema's doing, so the 400 naming the tool (an error
@@ -578,10 +464,10 @@ class WorkerEngine implements ManagedEngine {
         const dead = GRAMMAR_DEAD_END.exec(e.message);
         const chat = job.req.input.kind === "chat" ? job.req.input.chat : null;
         const forced = dead && chat && job.req.grammar === undefined ? forcedTools(chat) : null;
-        const auto = dead && chat && job.lazy_grammar ? autoTools(chat) : null;
+        const auto = dead && chat && job.prompt.lazy_grammar ? autoTools(chat) : null;
         const named = forced ?? auto;
         if (dead && named) {
-          const { tool, reason } = deadEndReason(dead[1], job.continued + job.generated);
+          const { tool, reason } = deadEndReason(dead[1], job.out.output);
           const err = toolSchemaError(tool !== null ? [tool] : named.map((t) => t.name), reason, forced !== null);
           this.endWithError(job, err.code, err.message);
         } else this.endWithError(job, "engine_error", e.message);

@@ -2,8 +2,7 @@
 // input, the raw text otherwise) and the grammar its output must match, if any.
 import { renderChatPromptParts, promptOpensThinking } from "../chat/template.js";
 import { autoTools, forcedTools } from "../chat/tool-grammar.js";
-import { CALL_OPENINGS, THINK_TAGS, toolFamily } from "../chat/tool-forms.js";
-import { isHarmonyTemplate } from "../chat/harmony.js";
+import { CALL_OPENINGS, THINK_TAGS, toolFamily, type ToolFamily } from "../chat/tool-forms.js";
 import { statePointChars } from "./prompt-cache.js";
 import { toolSchemaError, type GrammarPool } from "./grammar-pool.js";
 import { ApiError } from "../errors.js";
@@ -28,6 +27,8 @@ export interface PreparedPrompt {
   lazy_grammar?: LazyGrammar;
   /** Where the part a new conversation of this client shares ends, in characters (prompt-cache.ts). */
   state_point_chars: number;
+  /** The model family of the chat template (src/chat/family.ts): its output parser; null for raw text. */
+  family: ToolFamily | null;
 }
 
 /**
@@ -49,7 +50,7 @@ export async function preparePrompt(
   grammars: GrammarPool,
   grammar?: string,
 ): Promise<PreparedPrompt> {
-  if (input.kind === "text") return { text: input.text, literal: [], add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0 };
+  if (input.kind === "text") return { text: input.text, literal: [], add_special: true, starts_in_thinking: false, grammar, state_point_chars: 0, family: null };
   // A base model (Gemma 3 270M) ships no template: guessing one (ChatML) would feed it markup it
   // never saw, so the chat routes refuse and say what works instead.
   if (!model.chat_template?.trim()) throw new ApiError("no_chat_template");
@@ -65,11 +66,11 @@ export async function preparePrompt(
     throw e;
   }
   const starts_in_thinking = promptOpensThinking(text);
-  if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking, isHarmonyTemplate(model.chat_template));
+  const family = toolFamily(model.chat_template);
+  if (forced && grammar === undefined) grammar = await grammars.build(forced, starts_in_thinking, family === "harmony");
   let lazy_grammar: LazyGrammar | undefined;
   const auto = forced ? null : autoTools(chat);
   if (auto) {
-    const family = toolFamily(model.chat_template);
     const think = THINK_TAGS[family];
     lazy_grammar = {
       grammar: await grammars.build(auto, starts_in_thinking, family === "harmony", family, chat.parallel_tool_calls !== false),
@@ -78,7 +79,7 @@ export async function preparePrompt(
       starts_in_thinking,
     };
   }
-  return { text, literal, add_special: true, starts_in_thinking, grammar, ...(lazy_grammar ? { lazy_grammar } : {}), state_point_chars: statePointChars(chat, model, text) };
+  return { text, literal, add_special: true, starts_in_thinking, grammar, ...(lazy_grammar ? { lazy_grammar } : {}), state_point_chars: statePointChars(chat, model, text), family };
 }
 
 /** The name of the tool whose parameters nest deepest (counted without recursion). */

@@ -8,10 +8,12 @@
 // the longest end of the text so far that begins a stop string, which is exactly the text to
 // hold back, so the held text is never copied or rescanned.
 
+import { FIELD_LIMITS } from "../generated/limits.js";
+
 /** Most stop strings a request may give (openapi.json: maxItems of stop / stop_sequences). */
-export const MAX_STOP_STRINGS = 64;
+export const MAX_STOP_STRINGS: number = FIELD_LIMITS.stop.maxItems;
 /** Longest stop string, in characters (openapi.json: maxLength). */
-export const MAX_STOP_LENGTH = 1024;
+export const MAX_STOP_LENGTH: number = FIELD_LIMITS.stop.maxLength;
 
 /** The trie of the stop strings with its failure links; built on the first piece, not while queued. */
 class Automaton {
@@ -148,22 +150,4 @@ export class StopMatcher {
     this.state = 0;
     return t;
   }
-}
-
-/**
- * Length of the longest suffix of `text` that is a proper prefix of one of `needles`: text that
- * must be held back until more arrives (the <think>/<tool_call> tags in the output parsers, a
- * handful of short fixed strings).
- */
-export function heldPrefix(text: string, needles: readonly string[]): number {
-  let best = 0;
-  for (const s of needles) {
-    for (let n = Math.min(s.length - 1, text.length); n > best; n--) {
-      if (text.endsWith(s.slice(0, n))) {
-        best = n;
-        break;
-      }
-    }
-  }
-  return best;
 }

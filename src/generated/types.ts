@@ -386,7 +386,7 @@ export interface components {
             /** @description The conversation. */
             messages: components["schemas"]["AnthropicInputMessage"][];
             /** @description Accepted and ignored. */
-            metadata?: Record<string, never>;
+            metadata?: Record<string, unknown>;
             /**
              * @description Drop tokens below min_p times the top probability, in [0, 1).
              * @default 0
@@ -403,7 +403,7 @@ export interface components {
             output_config?: {
                 effort?: string;
                 /** @description Not supported (structured output). */
-                format?: Record<string, never> | null;
+                format?: Record<string, unknown> | null;
             };
             /**
              * @description -2 to 2; 0 = off.
@@ -514,14 +514,14 @@ export interface components {
         AnthropicTool: {
             description?: string | null;
             /** @description JSON Schema of the arguments. */
-            input_schema?: Record<string, never> | null;
+            input_schema?: Record<string, unknown> | null;
             name: string;
             type?: string;
         };
         AnthropicToolUseBlock: {
             id: string;
             /** @description Arguments ({} in content_block_start). */
-            input: Record<string, never>;
+            input: Record<string, unknown>;
             name: string;
             /** @constant */
             type: "tool_use";
@@ -542,7 +542,7 @@ export interface components {
                 finish_reason: "stop" | "length" | "tool_calls";
                 index: number;
                 /** @description Always null: log probabilities are not supported. */
-                logprobs?: Record<string, never> | null;
+                logprobs?: Record<string, unknown> | null;
                 message: {
                     content: string | null;
                     reasoning_content?: string | null;
@@ -596,7 +596,7 @@ export interface components {
                 finish_reason: "stop" | "length" | "tool_calls" | null;
                 index: number;
                 /** @description Always null: log probabilities are not supported. */
-                logprobs?: Record<string, never> | null;
+                logprobs?: Record<string, unknown> | null;
             }[];
             /**
              * Format: int64
@@ -733,7 +733,7 @@ export interface components {
             tool_call_id?: string;
             /** @description assistant: the calls it made. */
             tool_calls?: {
-                function?: Record<string, never>;
+                function?: Record<string, unknown>;
                 id?: string;
                 type?: string;
             }[] | null;
@@ -749,7 +749,7 @@ export interface components {
                 description?: string | null;
                 name: string;
                 /** @description JSON Schema of the arguments. */
-                parameters?: Record<string, never> | null;
+                parameters?: Record<string, unknown> | null;
             };
             /** @constant */
             type: "function";
@@ -815,7 +815,7 @@ export interface components {
             /** @description Mixture-of-experts models only: the path the routed experts run on. Null for a dense model and before the first routed call. */
             routed_experts?: {
                 exact_why?: string | null;
-                kernel?: Record<string, never> | null;
+                kernel?: Record<string, unknown> | null;
                 /** @enum {string} */
                 path?: "kernel" | "exact" | "mixed";
                 /** @description Per path (kernel, exact), the routed call sites that ran on it and their call counts. */
@@ -1132,7 +1132,7 @@ export interface components {
         };
         ResponsesOutputTextPart: {
             /** @description Always empty. */
-            annotations?: Record<string, never>[];
+            annotations?: Record<string, unknown>[];
             text: string;
             /** @constant */
             type: "output_text";
@@ -1143,7 +1143,7 @@ export interface components {
             /** @enum {string} */
             status?: "in_progress" | "completed" | "incomplete";
             /** @description Always empty. */
-            summary: Record<string, never>[];
+            summary: Record<string, unknown>[];
             /** @constant */
             type: "reasoning";
         };
@@ -1174,7 +1174,7 @@ export interface components {
         };
         ResponsesRequest: {
             /** @description Accepted and ignored. */
-            client_metadata?: Record<string, never> | null;
+            client_metadata?: Record<string, unknown> | null;
             /**
              * @description -2 to 2; 0 = off.
              * @default 0
@@ -1300,7 +1300,7 @@ export interface components {
             status: "in_progress" | "completed" | "incomplete" | "failed";
             /** @description The request's tool_choice (auto when it had none). */
             tool_choice?: ("auto" | "none" | "required") | components["schemas"]["ResponsesNamedToolChoice"];
-            tools?: Record<string, never>[];
+            tools?: Record<string, unknown>[];
             /** @description null while in progress. */
             usage: components["schemas"]["ResponsesUsage"] | null;
         };
@@ -1336,7 +1336,7 @@ export interface components {
                 finish_reason: "stop" | "length" | null;
                 index: number;
                 /** @description Always null: log probabilities are not supported. */
-                logprobs?: Record<string, never> | null;
+                logprobs?: Record<string, unknown> | null;
                 text: string;
             }[];
             /**
@@ -1742,10 +1742,10 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        info: Record<string, never>;
+                        info: Record<string, unknown>;
                         /** @constant */
                         openapi: "3.1.0";
-                        paths: Record<string, never>;
+                        paths: Record<string, unknown>;
                     };
                 };
             };

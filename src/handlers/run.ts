@@ -2,7 +2,7 @@
 // collect a non-streamed answer, or peek at the first event before committing to a 200 stream
 // and pump the rest through the dialect's encoder. Handlers supply only the dialect pieces.
 import type Koa from "koa";
-import { collect, observer, startStream } from "../dialects/shared/generation.js";
+import { collect, observer, startStream } from "./generation.js";
 import type { GenerationEvent, GenerationRequest } from "../engine/types.js";
 import { ApiError, fromEngineError } from "../errors.js";
 import { openSse, type SseFrame } from "../http/sse.js";

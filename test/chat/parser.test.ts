@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { OutputParser } from "../../src/chat/parser.js";
+import { HermesParser } from "../../src/chat/parsers/hermes.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
 import { merged } from "../helpers/events.js";
 
@@ -9,9 +9,9 @@ const TOOLS: ToolSpec[] = [
   { name: "apply_patch", kind: "custom", namespace: "codex" },
 ];
 
-function parser(opts: { tools?: ToolSpec[]; thinking?: boolean } = {}): OutputParser {
+function parser(opts: { tools?: ToolSpec[]; thinking?: boolean } = {}): HermesParser {
   let n = 0;
-  return new OutputParser({ tools: opts.tools ?? TOOLS, starts_in_thinking: opts.thinking ?? false, new_call_id: () => `call_${n++}` });
+  return new HermesParser({ tools: opts.tools ?? TOOLS, starts_in_thinking: opts.thinking ?? false, new_call_id: () => `call_${n++}` });
 }
 
 function run(chunks: string[], opts: { tools?: ToolSpec[]; thinking?: boolean } = {}): GenerationEvent[] {
@@ -66,7 +66,7 @@ function checkSplits(sample: string, expected: GenerationEvent[], opts: { tools?
 const start = (index: number, name: string, kind: "function" | "custom" = "function", extra: Record<string, unknown> = {}): GenerationEvent =>
   ({ type: "tool_call_start", index, id: `call_${index}`, name, kind, ...extra }) as GenerationEvent;
 
-describe("OutputParser", () => {
+describe("HermesParser (the hermes family)", () => {
   it("passes plain text through, whatever the chunking", () => {
     checkSplits("Hello, world! 1 < 2 and a <b>tag</b>.", [{ type: "text", text: "Hello, world! 1 < 2 and a <b>tag</b>." }]);
   });

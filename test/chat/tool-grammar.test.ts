@@ -8,7 +8,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { OutputParser } from "../../src/chat/parser.js";
+import { HermesParser } from "../../src/chat/parsers/hermes.js";
 import { autoTools, forcedTools, gbnfLiteral, lazyToolCallGrammar, MAX_AUTO_CALLS, schemaGrammar, toolCallGrammar, ToolSchemaError } from "../../src/chat/tool-grammar.js";
 import { CALL_OPENINGS } from "../../src/chat/tool-forms.js";
 import type { GenerationEvent, ToolSpec } from "../../src/engine/types.js";
@@ -191,7 +191,7 @@ describe("tool grammar: forced tool calls", () => {
 
     for (const text of good) {
       let n = 0;
-      const p = new OutputParser({ tools: [weather, search, shell], starts_in_thinking: false, new_call_id: () => `call_${n++}` });
+      const p = new HermesParser({ tools: [weather, search, shell], starts_in_thinking: false, new_call_id: () => `call_${n++}` });
       const evs: GenerationEvent[] = [...p.push(text), ...p.finish()];
       const ends = evs.filter((e) => e.type === "tool_call_end");
       expect(ends, text).to.have.length(1);

@@ -1,9 +1,9 @@
 // An in-memory Engine double for client tests that must run without the native engine: it
 // "generates" the request's scripted text (x-test-script, test/helpers/script.ts), one
 // word-sized token at a time, through the engine's own stop matcher (src/engine/stop.ts) and
-// output parser (src/chat/parser.ts), honouring the token budget the way the engine does. Prompt tokens are a fixed function of the prompt, so
+// output parser (src/chat/parsers/hermes.ts), honouring the token budget the way the engine does. Prompt tokens are a fixed function of the prompt, so
 // countTokens and usage agree as they do on the real engine.
-import { OutputParser } from "../../src/chat/parser.js";
+import { HermesParser } from "../../src/chat/parsers/hermes.js";
 import { StopMatcher } from "../../src/engine/stop.js";
 import { currentScript } from "../helpers/script.js";
 import type { Engine, GenerationEvent, GenerationRequest } from "../../src/engine/types.js";
@@ -31,7 +31,7 @@ export function scriptedEngine(model_id = "scripted-model"): Engine {
         yield { type: "start", prompt_tokens, cached_tokens: 0 };
         let n = 0;
         const parser =
-          req.input.kind === "chat" ? new OutputParser({ tools: req.input.chat.tools, starts_in_thinking: false, new_call_id: () => `call_scripted_${n++}` }) : null;
+          req.input.kind === "chat" ? new HermesParser({ tools: req.input.chat.tools, starts_in_thinking: false, new_call_id: () => `call_scripted_${n++}` }) : null;
         function* release(text: string): Generator<GenerationEvent> {
           if (text === "") return;
           if (parser) yield* parser.push(text);

@@ -5,7 +5,8 @@
 import { expect } from "chai";
 import fc from "fast-check";
 import { readFileSync } from "node:fs";
-import { heldPrefix, MAX_STOP_LENGTH, MAX_STOP_STRINGS, StopMatcher } from "../../src/engine/stop.js";
+import { MAX_STOP_LENGTH, MAX_STOP_STRINGS, StopMatcher } from "../../src/engine/stop.js";
+import { heldPrefix } from "../../src/chat/parsers/common.js";
 
 /** The earliest match in held + piece wins, at one position the longest; a proper prefix at the end is held. */
 class NaiveStopMatcher {

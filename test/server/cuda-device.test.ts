@@ -2,7 +2,7 @@
 // model needs and what the device has; and the device reaches Model::load through the worker and
 // the addon (a CPU build refuses it there, so a model asked for on CUDA never loads on the CPU).
 import { expect } from "chai";
-import { cudaFitError } from "../../src/cli.js";
+import { cudaFitError } from "../../src/engine/device.js";
 import { createEngine } from "../../src/engine/engine.js";
 import { loadAddon } from "../../src/engine/native.js";
 

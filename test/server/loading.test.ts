@@ -3,7 +3,7 @@
 // The engine here is the CLI's DeferredEngine before a model is attached — the exact object
 // `mashbox run` serves while it pulls a model — so the loading state holds for the whole test.
 import { expect } from "chai";
-import { DeferredEngine } from "../../src/cli.js";
+import { DeferredEngine } from "../../src/engine/deferred.js";
 import { postJson, rawRequest, startTestServer, type TestServer } from "../helpers/server.js";
 
 describe("while the model loads", function () {

@@ -47,8 +47,10 @@ function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
   if (choice.type === "none") return { type: "none" };
   if (choice.type === "any") return { type: "required" };
   if (choice.type === "tool") {
-    if (!tools.some((t) => t.name === choice.name)) throw badField("tool_choice.name", `no tool named ${quoted(choice.name)} in tools`);
-    return { type: "tool", name: choice.name };
+    // The contract requires name for type tool (validated before this runs).
+    const name = choice.name ?? "";
+    if (!tools.some((t) => t.name === name)) throw badField("tool_choice.name", `no tool named ${quoted(name)} in tools`);
+    return { type: "tool", name };
   }
   throw badField("tool_choice.type", `must be auto, any, tool or none`);
 }

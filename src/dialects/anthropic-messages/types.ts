@@ -1,6 +1,9 @@
-// Wire shapes of the Anthropic Messages API as this server reads and writes them. Only the
-// fields the dialect acts on are typed; openapi-backend has already validated the body, and
-// fields a route does not list are accepted and ignored.
+// Wire shapes of the Anthropic Messages API as this server reads and writes them. What it
+// writes comes straight from openapi.json (src/generated). What it reads is typed per block here:
+// the contract spells a block's fields by its type with if/then, which generated types do not
+// carry; openapi-backend has already validated the body, and fields a route does not list are
+// accepted and ignored.
+import type { components } from "../../generated/types.js";
 
 export interface TextBlock {
   type: "text";
@@ -53,62 +56,21 @@ export interface ToolParam {
   type?: string;
 }
 
-export type ToolChoiceParam =
-  | { type: "auto"; disable_parallel_tool_use?: boolean }
-  | { type: "any"; disable_parallel_tool_use?: boolean }
-  | { type: "tool"; name: string; disable_parallel_tool_use?: boolean }
-  | { type: "none" };
-
-export interface MessagesRequest {
-  model?: string;
+type S = components["schemas"];
+export type MessageUsage = S["AnthropicUsage"];
+export type StopReason = NonNullable<S["AnthropicMessage"]["stop_reason"]>;
+export type ResponseBlock = S["AnthropicContentBlock"];
+export type Message = S["AnthropicMessage"];
+/**
+ * The request body: its fields as the contract types them, but for those whose blocks the
+ * contract spells per type (messages, system, tools) and thinking's display, typed above.
+ */
+export type MessagesRequest = Omit<S["AnthropicMessagesRequest"], "messages" | "system" | "tools" | "thinking"> & {
   messages: MessageParam[];
   system?: string | TextBlock[];
   tools?: ToolParam[];
-  tool_choice?: ToolChoiceParam;
-  thinking?: { type: "enabled" | "disabled" | "adaptive"; budget_tokens?: number; display?: string };
-  stream?: boolean;
-  prompt_cache_key?: string;
-  metadata?: Record<string, unknown>;
-  output_config?: { effort?: string; format?: unknown };
-  max_tokens?: number;
-  max_completion_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  seed?: number;
-  stop?: string | string[];
-  stop_sequences?: string[];
-  repetition_penalty?: number;
-  frequency_penalty?: number;
-  presence_penalty?: number;
-  n?: number;
-}
-
-export interface MessageUsage {
-  input_tokens: number;
-  cache_read_input_tokens: number;
-  cache_creation_input_tokens: number;
-  output_tokens: number;
-}
-
-export type StopReason = "end_turn" | "max_tokens" | "stop_sequence" | "tool_use";
-
-export type ResponseBlock =
-  | { type: "text"; text: string }
-  | { type: "thinking"; thinking: string; signature: string }
-  | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
-
-export interface Message {
-  id: string;
-  type: "message";
-  role: "assistant";
-  model: string;
-  content: ResponseBlock[];
-  stop_reason: StopReason | null;
-  stop_sequence: string | null;
-  usage: MessageUsage;
-}
+  thinking?: S["AnthropicMessagesRequest"]["thinking"] & { display?: string };
+};
 
 /** msg_… id and served model id. */
 export type { RenderContext } from "../shared/context.js";

@@ -37,7 +37,7 @@ function oneTool(tool: ToolParam, field: string, namespace?: string): ToolSpec |
   return null;
 }
 
-export function toolSpecs(tools: ToolParam[] | undefined): ToolSpec[] {
+export function toolSpecs(tools: ToolParam[] | null | undefined): ToolSpec[] {
   const out: ToolSpec[] = [];
   (tools ?? []).forEach((tool, i) => {
     if (tool.type === "namespace") {

@@ -1,5 +1,8 @@
-// Wire shapes of the OpenAI Responses API as this server reads and writes them. Only the fields
-// the dialect acts on are typed; openapi-backend has already validated the body.
+// Wire shapes of the OpenAI Responses API as this server reads and writes them. What it writes
+// comes straight from openapi.json (src/generated). What it reads is typed here, only the fields
+// the dialect acts on: the contract spells an input item's fields by its type with if/then,
+// which generated types do not carry; openapi-backend has already validated the body.
+import type { components } from "../../generated/types.js";
 import type { RenderContext as SharedRenderContext } from "../shared/context.js";
 
 export interface ContentPart {
@@ -35,60 +38,18 @@ export interface ToolParam {
   [k: string]: unknown;
 }
 
-export type ToolChoiceParam =
-  | "auto"
-  | "none"
-  | "required"
-  | { type: string; name?: string; function?: { name: string } };
+type S = components["schemas"];
+export type OutputItem = S["ResponsesOutputItem"];
+export type ItemStatus = S["ResponsesMessageItem"]["status"];
+export type ResponseUsage = S["ResponsesUsage"];
+export type ResponseObject = S["ResponsesResponse"];
+export type ToolChoiceParam = NonNullable<S["ResponsesRequest"]["tool_choice"]>;
 
-export interface ResponsesRequest {
-  model?: string;
+/** The request body: its fields as the contract types them, but the input items and tools, typed above. */
+export type ResponsesRequest = Omit<S["ResponsesRequest"], "input" | "tools"> & {
   input: string | InputItem[];
-  instructions?: string | null;
-  tools?: ToolParam[];
-  tool_choice?: ToolChoiceParam;
-  parallel_tool_calls?: boolean;
-  reasoning?: { effort?: string | null; summary?: string | null } | null;
-  stream?: boolean;
-  prompt_cache_key?: string;
-  include?: string[] | null;
-  text?: { format?: { type: string } } | null;
-  max_output_tokens?: number | null;
-  max_tokens?: number;
-  max_completion_tokens?: number;
-  [k: string]: unknown;
-}
-
-export type OutputItem =
-  | { id: string; type: "reasoning"; status: ItemStatus; summary: []; content: Array<{ type: "reasoning_text"; text: string }> }
-  | { id: string; type: "message"; status: ItemStatus; role: "assistant"; content: Array<{ type: "output_text"; text: string }> }
-  | { id: string; type: "function_call"; status: ItemStatus; call_id: string; name: string; arguments: string; namespace?: string }
-  | { id: string; type: "custom_tool_call"; status: ItemStatus; call_id: string; name: string; input: string };
-
-export type ItemStatus = "in_progress" | "completed" | "incomplete";
-
-export interface ResponseUsage {
-  input_tokens: number;
-  input_tokens_details: { cached_tokens: number };
-  output_tokens: number;
-  output_tokens_details: { reasoning_tokens: number };
-  total_tokens: number;
-}
-
-export interface ResponseObject {
-  id: string;
-  object: "response";
-  created_at: number;
-  status: "in_progress" | "completed" | "incomplete" | "failed";
-  model: string;
-  output: OutputItem[];
-  parallel_tool_calls: boolean;
-  tool_choice: ToolChoiceParam;
-  tools: ToolParam[];
-  usage: ResponseUsage | null;
-  incomplete_details?: { reason: "max_output_tokens" };
-  error?: { code: string; message: string };
-}
+  tools?: ToolParam[] | null;
+};
 
 /** resp_… id and served model id (src/dialects/shared/context.ts), and the creation time. */
 export interface RenderContext extends SharedRenderContext {

@@ -1,9 +1,12 @@
 // Request fields that every generating route shares (sampling, budget, stop), read with the
-// spec's defaults and ranges. Neutral: each dialect passes its own budget field names, and the
-// helpers never know which wire they serve.
+// spec's defaults and ranges: both come from openapi.json (src/generated/limits.ts), never
+// restated here. openapi-backend has validated the body against the same bounds; these checks
+// only keep an engine-level caller from passing what the contract refuses. Neutral: each dialect
+// passes its own budget field names, and the helpers never know which wire they serve.
 import type { GenerationRequest, SamplingParams } from "../../engine/types.js";
 import type { RequestContext } from "./context.js";
 import { badField, unsupported } from "../../errors.js";
+import { FIELD_LIMITS, type FieldLimits } from "../../generated/limits.js";
 
 export interface CommonFields {
   sampling: SamplingParams;
@@ -17,23 +20,51 @@ function isSet(v: unknown): boolean {
   return v !== undefined && v !== null;
 }
 
-function num(body: Body, field: string, dflt: number, ok: (v: number) => boolean, range: string): number {
+/** Whether `v` is within a field's bounds (numbers: type, minimum, maximum and their exclusive forms). */
+export function withinLimits(l: FieldLimits, v: number): boolean {
+  if (!Number.isFinite(v) || (l.type === "integer" && !Number.isInteger(v))) return false;
+  if (l.minimum !== undefined && v < l.minimum) return false;
+  if (l.exclusiveMinimum !== undefined && v <= l.exclusiveMinimum) return false;
+  if (l.maximum !== undefined && v > l.maximum) return false;
+  if (l.exclusiveMaximum !== undefined && v >= l.exclusiveMaximum) return false;
+  return true;
+}
+
+/** The range of a numeric field in words: "between 0 and 4", "in (0, 1]", "an integer >= 0", "> 0". */
+export function rangeText(l: FieldLimits): string {
+  const lo = l.minimum ?? l.exclusiveMinimum;
+  const hi = l.maximum ?? l.exclusiveMaximum;
+  const int = l.type === "integer" ? "an integer " : "";
+  if (lo !== undefined && hi !== undefined) {
+    if (l.minimum !== undefined && l.maximum !== undefined) return `${int}between ${lo} and ${hi}`;
+    return `${int}in ${l.minimum !== undefined ? "[" : "("}${lo}, ${hi}${l.maximum !== undefined ? "]" : ")"}`;
+  }
+  if (lo !== undefined) return `${int}${l.minimum !== undefined ? ">=" : ">"} ${lo}`;
+  if (hi !== undefined) return `${int}${l.maximum !== undefined ? "<=" : "<"} ${hi}`;
+  return int === "" ? "a number" : "an integer";
+}
+
+type SamplingField = Exclude<keyof SamplingParams, "seed">;
+
+/** A sampling field: its spec default when absent, else a number within the spec's bounds. */
+function num(body: Body, field: SamplingField): number {
+  const l: FieldLimits = FIELD_LIMITS[field];
   const v = body[field];
-  if (!isSet(v)) return dflt;
-  if (typeof v !== "number" || !Number.isFinite(v) || !ok(v)) throw badField(field, `must be ${range}`);
+  if (!isSet(v)) return l.default as number;
+  if (typeof v !== "number" || !withinLimits(l, v)) throw badField(field, `must be ${rangeText(l)}`);
   return v;
 }
 
 /** Spec defaults: greedy, every filter and penalty off, random seed. */
 export function samplingParams(body: Body): SamplingParams {
   const sampling: SamplingParams = {
-    temperature: num(body, "temperature", 0, (v) => v >= 0 && v <= 4, "between 0 and 4"),
-    top_p: num(body, "top_p", 1, (v) => v > 0 && v <= 1, "in (0, 1]"),
-    top_k: num(body, "top_k", 0, (v) => Number.isInteger(v) && v >= 0, "an integer >= 0"),
-    min_p: num(body, "min_p", 0, (v) => v >= 0 && v < 1, "in [0, 1)"),
-    repetition_penalty: num(body, "repetition_penalty", 1, (v) => v > 0, "> 0"),
-    frequency_penalty: num(body, "frequency_penalty", 0, (v) => v >= -2 && v <= 2, "between -2 and 2"),
-    presence_penalty: num(body, "presence_penalty", 0, (v) => v >= -2 && v <= 2, "between -2 and 2"),
+    temperature: num(body, "temperature"),
+    top_p: num(body, "top_p"),
+    top_k: num(body, "top_k"),
+    min_p: num(body, "min_p"),
+    repetition_penalty: num(body, "repetition_penalty"),
+    frequency_penalty: num(body, "frequency_penalty"),
+    presence_penalty: num(body, "presence_penalty"),
   };
   if (isSet(body.seed)) {
     if (typeof body.seed !== "number" || !Number.isSafeInteger(body.seed)) throw badField("seed", "must be an integer");
@@ -46,11 +77,12 @@ export function samplingParams(body: Body): SamplingParams {
  * Token budget. `fields` is in precedence order (the first one set wins), e.g.
  * ["max_completion_tokens", "max_tokens"] for the OpenAI routes; null = up to the context end.
  */
-export function maxTokens(body: Body, fields: string[]): number | null {
+export function maxTokens(body: Body, fields: ("max_tokens" | "max_completion_tokens" | "max_output_tokens")[]): number | null {
   for (const field of fields) {
     const v = body[field];
     if (!isSet(v)) continue;
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) throw badField(field, "must be an integer >= 1");
+    const l: FieldLimits = FIELD_LIMITS[field];
+    if (typeof v !== "number" || !withinLimits(l, v)) throw badField(field, `must be ${rangeText(l)}`);
     return v;
   }
   return null;
@@ -86,7 +118,7 @@ export function requireSingleChoice(body: Body): void {
  * Everything above in one call, as every generating route needs it. `budget_fields` in
  * precedence order.
  */
-export function commonGenerationFields(body: Body, budget_fields: string[] = ["max_completion_tokens", "max_tokens"]): CommonFields {
+export function commonGenerationFields(body: Body, budget_fields: Parameters<typeof maxTokens>[1] = ["max_completion_tokens", "max_tokens"]): CommonFields {
   rejectSet(body, ["logprobs", "top_logprobs"], "log probabilities");
   requireSingleChoice(body);
   return { sampling: samplingParams(body), max_tokens: maxTokens(body, budget_fields), stop: stopStrings(body) };

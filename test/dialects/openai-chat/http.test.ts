@@ -4,7 +4,7 @@
 // native build; live.test.ts does the same against the real engine.
 import { expect } from "chai";
 import OpenAI from "openai";
-import { OutputParser } from "../../../src/chat/parser.js";
+import { HermesParser } from "../../../src/chat/parsers/hermes.js";
 import { promptOpensThinking, renderChatPrompt } from "../../../src/chat/template.js";
 import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo } from "../../../src/engine/types.js";
 import { createApp, type MashboxApp } from "../../../src/server.js";
@@ -53,7 +53,7 @@ class StubEngine implements Engine {
       pieces = pieces.slice(0, req.max_tokens);
       finish = "length";
     }
-    const parser = req.input.kind === "chat" ? new OutputParser({ tools: req.input.chat.tools, starts_in_thinking: promptOpensThinking(prompt), new_call_id: (() => { let n = 0; return () => `stub${n++}`; })() }) : null;
+    const parser = req.input.kind === "chat" ? new HermesParser({ tools: req.input.chat.tools, starts_in_thinking: promptOpensThinking(prompt), new_call_id: (() => { let n = 0; return () => `stub${n++}`; })() }) : null;
     for (const p of pieces) {
       if (parser) yield* parser.push(p);
       else yield { type: "text", text: p };

@@ -1,20 +1,14 @@
-// Incremental output parser: splits generated text into visible text, <think> thinking and
-// tool calls, whatever the chunking of the detokenized stream. Calls come in the Hermes family's
-// forms (./tool-forms.ts): <tool_call>{json}</tool_call>, the bare {"name": …} object at the
-// start of the answer, and the same object in a ```json fence.
+// The Hermes family's output parser (ChatML, Qwen2.5/Qwen3, Hermes templates, and templates
+// without tool support that get the Hermes convention): splits generated text into visible text,
+// <think> thinking and tool calls. Calls come in the family's forms (../tool-forms.ts):
+// <tool_call>{json}</tool_call>, the bare {"name": …} object at the start of the answer, and the
+// same object in a ```json fence.
 // Partial tags are held back until they resolve, so no dialect ever shows "<tool_" to a user;
 // tool arguments are streamed while they are generated, and a call block that turns out not to
 // be a call is given back as plain text.
-import type { GenerationEvent, ToolSpec } from "../engine/types.js";
-import { heldPrefix } from "../engine/stop.js";
-import { CALL_OPENINGS, matchOpening, type CallOpening } from "./tool-forms.js";
-
-export interface OutputParserOptions {
-  tools: ToolSpec[];
-  /** The prompt already opened <think> (see promptOpensThinking in ./template.ts). */
-  starts_in_thinking: boolean;
-  new_call_id: () => string;
-}
+import type { GenerationEvent, ToolSpec } from "../types.js";
+import { CALL_OPENINGS, matchOpening, type CallOpening } from "../tool-forms.js";
+import { emitText, heldPrefix, type OutputParser, type ParserOptions } from "./common.js";
 
 const THINK_OPEN = "<think>";
 const THINK_CLOSE = "</think>";
@@ -292,7 +286,7 @@ interface OpenCall {
   sent: number;
 }
 
-export class OutputParser {
+export class HermesParser implements OutputParser {
   /** What the engine appends to end thinking early (thinking.budget_tokens). */
   readonly thinking_close = "\n</think>\n\n";
   private readonly tools: Map<string, ToolSpec>;
@@ -313,7 +307,7 @@ export class OutputParser {
   /** Between the calls of a ```json fence, before its closing ```. */
   private in_fence = false;
 
-  constructor(opts: OutputParserOptions) {
+  constructor(opts: ParserOptions) {
     this.tools = new Map(opts.tools.map((t) => [t.name, t]));
     this.new_call_id = opts.new_call_id;
     this.mode = opts.starts_in_thinking ? "thinking" : "text";
@@ -357,10 +351,7 @@ export class OutputParser {
   }
 
   private emit(out: GenerationEvent[], type: "text" | "thinking", text: string): void {
-    if (text === "") return;
-    const last = out[out.length - 1];
-    if (last && last.type === type) last.text += text;
-    else out.push({ type, text });
+    emitText(out, type, text);
   }
 
   private textTags(): string[] {

@@ -1,5 +1,5 @@
-// Incremental parser for OpenAI's harmony format (gpt-oss), the counterpart of ./parser.ts for
-// templates that speak it. The prompt ends with "<|start|>assistant"; the model then writes one
+// The harmony family's output parser (gpt-oss), the counterpart of ./hermes.ts for templates
+// that speak OpenAI's harmony format (../family.ts). The prompt ends with "<|start|>assistant"; the model then writes one
 // or more messages, each a header and a body:
 //
 //   <|channel|>analysis<|message|>…<|end|>                         thinking
@@ -15,9 +15,8 @@
 // never seen here. Headers are held back until their <|message|>; a body streams as it comes, held
 // back only where it could be the start of a tag, so no dialect ever shows "<|end". Output that is
 // not harmony at all (no header where one must be) is passed through as text.
-import type { GenerationEvent, ToolSpec } from "../engine/types.js";
-import { heldPrefix } from "../engine/stop.js";
-import type { OutputParserOptions } from "./parser.js";
+import type { GenerationEvent, ToolSpec } from "../types.js";
+import { emitText as emit, heldPrefix, type OutputParser, type ParserOptions } from "./common.js";
 
 const START = "<|start|>";
 const CHANNEL = "<|channel|>";
@@ -29,18 +28,13 @@ const BODY_ENDS = [END, START, "<|return|>", "<|call|>"];
 /** A header longer than this is not a header: the text is given back as the answer. */
 const MAX_HEADER = 256;
 
-/** Whether a chat template speaks harmony (gpt-oss): then its output goes through HarmonyParser. */
-export function isHarmonyTemplate(template: string | null): boolean {
-  return template !== null && template.includes(CHANNEL) && template.includes(MESSAGE) && template.includes(START);
-}
-
 type Body =
   | { kind: "text" | "thinking" }
   | { kind: "call"; spec: ToolSpec; index: number; args: string }
   /** A call to a tool that was not offered: its body is given back as text when it closes. */
   | { kind: "unknown_call"; args: string };
 
-export class HarmonyParser {
+export class HarmonyParser implements OutputParser {
   /** What the engine appends to end thinking early (thinking.budget_tokens): close analysis, open final. */
   readonly thinking_close = `${END}${START}assistant${CHANNEL}final${MESSAGE}`;
   private readonly tools: Map<string, ToolSpec>;
@@ -50,7 +44,7 @@ export class HarmonyParser {
   private body: Body | null = null;
   private calls = 0;
 
-  constructor(opts: OutputParserOptions) {
+  constructor(opts: ParserOptions) {
     this.tools = new Map(opts.tools.map((t) => [t.name, t]));
     this.new_call_id = opts.new_call_id;
   }
@@ -179,13 +173,6 @@ export class HarmonyParser {
     }
     out.push({ type: "tool_call_end", index: b.index, arguments: args });
   }
-}
-
-function emit(out: GenerationEvent[], type: "text" | "thinking", text: string): void {
-  if (text === "") return;
-  const last = out[out.length - 1];
-  if (last && last.type === type) last.text += text;
-  else out.push({ type, text });
 }
 
 /** The text could be (the start of) a harmony header: it opens with one of its parts. */

@@ -1,9 +1,9 @@
-// Running one generation for a handler: the bits every route repeats (metrics observation,
-// collecting a non-streamed answer, peeking at the first event before committing to a 200
-// stream). Engine-level only: no koa, no wire shapes.
-import type { Engine, GenerationEvent, GenerationRequest } from "../../engine/types.js";
-import { ERROR_CATALOG, type ErrorCode } from "../../errors.js";
-import type { AppDeps } from "../../app/context.js";
+// Running one generation for a handler (run.ts): the bits every route repeats (metrics
+// observation, collecting a non-streamed answer, peeking at the first event before committing to
+// a 200 stream). Engine-level only: no koa, no wire shapes, no dialect.
+import type { Engine, GenerationEvent, GenerationRequest } from "../engine/types.js";
+import { ERROR_CATALOG, type ErrorCode } from "../errors.js";
+import type { AppDeps } from "../app/context.js";
 
 /** Whether an error event is the server failing the request (5xx), not a refusal of it (4xx). */
 function isFailure(code: string): boolean {
