@@ -1,5 +1,5 @@
 // OpenAI Chat Completions (src/dialects/openai-chat/): its wire schemas, request body and route.
-import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, nullable, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, NOT_SUPPORTED_LOGPROBS, TOP_LOGPROBS, MERGE, STORE, TOOL_CHOICE_MODE, TOOL_CHOICE_FUNCTION, MEDIA_REFUSED, textOnlyPart, TEXT_REQUIRED, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, CHAT_FINISH, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, nullable, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, NOT_SUPPORTED_LOGPROBS, TOP_LOGPROBS, MERGE, STORE, TOOL_CHOICE_MODE, TOOL_CHOICE_FUNCTION, MEDIA_REFUSED, textOnlyPart, TEXT_REQUIRED, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, CHAT_FINISH, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody, openaiEnvelope } from "./shared.mjs";
 
 export const schemas = {};
 
@@ -100,10 +100,7 @@ schemas.ChatCompletion = {
   type: "object",
   required: ["id", "object", "created", "model", "choices", "usage"],
   properties: {
-    id: { type: "string", pattern: "^chatcmpl-" },
-    object: { type: "string", const: "chat.completion" },
-    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
-    model: { type: "string" },
+    ...openaiEnvelope("^chatcmpl-", "chat.completion"),
     choices: {
       type: "array",
       items: {
@@ -137,10 +134,7 @@ schemas.ChatCompletionChunk = {
     "One data: line. The stream ends with data: [DONE]. With stream_options.include_usage the last chunk has empty choices and usage. The chunk with the finish_reason, and the usage chunk, carry timings.",
   required: ["id", "object", "created", "model", "choices"],
   properties: {
-    id: { type: "string", pattern: "^chatcmpl-" },
-    object: { type: "string", const: "chat.completion.chunk" },
-    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
-    model: { type: "string" },
+    ...openaiEnvelope("^chatcmpl-", "chat.completion.chunk"),
     choices: {
       type: "array",
       items: {

@@ -1,5 +1,5 @@
 // OpenAI Completions (src/dialects/openai-completions/): its wire schemas, request body and route.
-import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, SAMPLING_FIELDS, COMMON_FIELDS, MAX_TOKENS, MAX_COMPLETION_TOKENS, NOT_SUPPORTED_LOGPROBS, MERGE, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, SAMPLING_FIELDS, COMMON_FIELDS, MAX_TOKENS, MAX_COMPLETION_TOKENS, NOT_SUPPORTED_LOGPROBS, MERGE, LOGPROBS_OUT, EXAMPLE_CREATED, EXAMPLE_TIMINGS, one, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody, openaiEnvelope } from "./shared.mjs";
 
 export const schemas = {};
 
@@ -9,10 +9,7 @@ schemas.TextCompletion = {
   description: "Whole answer, or one data: line of a stream (no usage); the stream ends with data: [DONE].",
   required: ["id", "object", "created", "model", "choices"],
   properties: {
-    id: { type: "string", pattern: "^cmpl-" },
-    object: { type: "string", const: "text_completion" },
-    created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
-    model: { type: "string" },
+    ...openaiEnvelope("^cmpl-", "text_completion"),
     choices: {
       type: "array",
       items: {

@@ -313,3 +313,11 @@ export const requestBody = (schema, examples) => ({
   required: true,
   content: { "application/json": { schema: ref(schema), examples } },
 });
+
+/** The fields every OpenAI answer object opens with: its id (by prefix), object type, time and model. */
+export const openaiEnvelope = (idPattern, object) => ({
+  id: { type: "string", pattern: idPattern },
+  object: { type: "string", const: object },
+  created: { type: "integer", format: "int64", minimum: 0, description: "Unix seconds." },
+  model: { type: "string" },
+});
