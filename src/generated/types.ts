@@ -279,9 +279,11 @@ export interface components {
             model?: string;
             /** @description System prompt: a string or text blocks. */
             system?: string | components["schemas"]["AnthropicInputTextBlockList"];
-            /** @description Fields: type, budget_tokens. */
+            /** @description Fields: type, budget_tokens, display. */
             thinking?: {
                 budget_tokens?: number;
+                /** @description omitted leaves thinking text out of the answer; any other value is accepted and ignored. */
+                display?: unknown;
                 /** @enum {string} */
                 type: "enabled" | "disabled" | "adaptive";
             };
@@ -322,7 +324,9 @@ export interface components {
             text?: string;
             /** @enum {string} */
             type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result" | "image" | "document";
-        };
+        } & (components["schemas"]["AnthropicInputThinkingBlock"] | components["schemas"]["AnthropicInputRedactedThinkingBlock"] | components["schemas"]["AnthropicInputToolUseBlock"] | components["schemas"]["AnthropicInputToolResultBlock"] | {
+            type: "text" | "image" | "document";
+        });
         /** @description Content blocks. */
         AnthropicInputBlockList: components["schemas"]["AnthropicInputBlock"][];
         AnthropicInputJsonDelta: {
@@ -337,14 +341,53 @@ export interface components {
             /** @enum {string} */
             role: "user" | "assistant" | "system";
         };
+        /** @description Redacted thinking: opaque, not replayed to the model. */
+        AnthropicInputRedactedThinkingBlock: {
+            data?: string;
+            /** @constant */
+            type: "redacted_thinking";
+        };
         /** @description A text block. */
         AnthropicInputTextBlock: {
             text?: string;
             /** @enum {string} */
             type: "text" | "image" | "document";
-        };
+        } & (components["schemas"]["AnthropicInputTextBlockText"] | {
+            type: "image" | "document";
+        });
         /** @description Text blocks. */
         AnthropicInputTextBlockList: components["schemas"]["AnthropicInputTextBlock"][];
+        /** @description A text block's text. */
+        AnthropicInputTextBlockText: {
+            text: string;
+            /** @constant */
+            type: "text";
+        };
+        /** @description A thinking block replayed from an earlier answer. */
+        AnthropicInputThinkingBlock: {
+            signature?: string;
+            thinking?: string;
+            /** @constant */
+            type: "thinking";
+        };
+        /** @description The answer to a tool call. */
+        AnthropicInputToolResultBlock: {
+            /** @description Text, or text blocks. */
+            content?: string | components["schemas"]["AnthropicInputTextBlockList"];
+            is_error?: boolean;
+            tool_use_id: string;
+            /** @constant */
+            type: "tool_result";
+        };
+        /** @description A tool call replayed from an earlier answer. */
+        AnthropicInputToolUseBlock: {
+            id: string;
+            /** @description The call's arguments (any JSON; {} when absent). */
+            input?: unknown;
+            name: string;
+            /** @constant */
+            type: "tool_use";
+        };
         AnthropicMessage: {
             content: components["schemas"]["AnthropicContentBlock"][];
             id: string;
@@ -438,9 +481,11 @@ export interface components {
              * @default 0
              */
             temperature?: number | null;
-            /** @description Fields: type, budget_tokens. */
+            /** @description Fields: type, budget_tokens, display. */
             thinking?: {
                 budget_tokens?: number;
+                /** @description omitted leaves thinking text out of the answer; any other value is accepted and ignored. */
+                display?: unknown;
                 /** @enum {string} */
                 type: "enabled" | "disabled" | "adaptive";
             };
