@@ -179,6 +179,9 @@ export const requests = {};
 requests.ResponsesInputPart = textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused.");
 requests.ResponsesInputPartList = { type: "array", description: "Text parts.", items: ref("ResponsesInputPart") };
 const RESPONSES_PARTS = ref("ResponsesInputPartList");
+// One case per type: the chain takes the first case whose type matches, so a case listing both
+// call types shadowed any later case of one of them.
+const CALL_FIELDS = { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } };
 requests.ResponsesInputItem = {
   type: "object",
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
@@ -211,9 +214,8 @@ requests.ResponsesInputItem = {
     call_id: { type: "string" },
   },
   then: byType([
-    [["function_call", "custom_tool_call"], { required: ["call_id", "name"], properties: { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } } }],
-    ["function_call", { properties: { arguments: { type: "string" } } }],
-    ["custom_tool_call", { properties: { input: { type: "string" } } }],
+    ["function_call", { required: ["call_id", "name"], properties: { ...CALL_FIELDS, arguments: { type: "string" } } }],
+    ["custom_tool_call", { required: ["call_id", "name"], properties: { ...CALL_FIELDS, input: { type: "string" } } }],
     [
       ["function_call_output", "custom_tool_call_output", "local_shell_call_output"],
       { properties: { output: { description: "Text, or text parts.", oneOf: [{ type: "string" }, RESPONSES_PARTS] } } },
