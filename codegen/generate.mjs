@@ -1,4 +1,4 @@
-// `npm run codegen`: codegen/openapi.src.mjs -> openapi.json -> src/generated/{types.ts,operations.ts,limits.ts}.
+// `npm run codegen`: codegen/openapi.src.mjs (assembling codegen/openapi/*.mjs) -> openapi.json -> src/generated/{types.ts,operations.ts,limits.ts}.
 // Output is byte-stable: the same source always gives the same bytes, so a regenerate that shows a
 // diff means someone edited a generated file (or openapi.json) by hand.
 //
@@ -144,7 +144,7 @@ function limitsOf(doc) {
       const l = fieldLimits(doc, schema, `${op.request_schema}.${name}`);
       if (l === null) continue;
       if (fields[name] !== undefined && JSON.stringify(fields[name]) !== JSON.stringify(l))
-        throw new Error(`${name} is bounded one way in ${from[name]} and another in ${op.request_schema}: one definition in codegen/openapi.src.mjs`);
+        throw new Error(`${name} is bounded one way in ${from[name]} and another in ${op.request_schema}: one definition in codegen/openapi/ (the shared fields: shared.mjs)`);
       fields[name] ??= l;
       from[name] ??= op.request_schema;
     }
