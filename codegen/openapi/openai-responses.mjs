@@ -263,7 +263,11 @@ requests.ResponsesNamespaceMemberTool = {
 };
 requests.ResponsesFunctionTool = variant("function", "A function tool: JSON arguments described by parameters.", ["name"], NAMED_TOOL);
 requests.ResponsesCustomTool = variant("custom", "A custom tool: raw text input.", ["name"], NAMED_TOOL);
-requests.ResponsesNamespaceTool = variant("namespace", "A namespace: the function and custom tools it groups, offered under its name.", ["name", "tools"], { name: TOOL_NAME, tools: { type: "array" } });
+requests.ResponsesNamespaceTool = variant("namespace", "A namespace: the function and custom tools it groups, offered under its name.", ["name", "tools"], {
+  name: TOOL_NAME,
+  // items as the tool's own tools field has them: generators refuse an array without items.
+  tools: { type: "array", items: ref("ResponsesNamespaceMemberTool") },
+});
 requests.ResponsesInputItemList = { type: "array", description: "Input items.", items: ref("ResponsesInputItem") };
 requests.ResponsesNamedToolChoice = RESPONSES_NAMED_TOOL_CHOICE;
 requests.ResponsesRequest = {

@@ -1225,7 +1225,7 @@ export interface components {
         /** @description A namespace: the function and custom tools it groups, offered under its name. */
         ResponsesNamespaceTool: {
             name: string;
-            tools: unknown[];
+            tools: components["schemas"]["ResponsesNamespaceMemberTool"][];
             /** @constant */
             type: "namespace";
         };
