@@ -2,7 +2,7 @@ import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice,
 import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
-import type { MessageParam, MessagesRequest, RequestBlock, TextBlock, ToolParam, ToolResultBlock } from "./types.js";
+import type { CountTokensRequest, MessageParam, MessagesRequest, RequestBlock, TextBlock, ToolParam, ToolResultBlock } from "./types.js";
 
 export type { RequestContext };
 
@@ -43,7 +43,7 @@ function toolSpecs(tools: ToolParam[] | undefined): ToolSpec[] {
   }));
 }
 
-function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
+function toolChoice(body: CountTokensRequest, tools: ToolSpec[]): ToolChoice {
   const choice = body.tool_choice;
   if (!choice || choice.type === "auto") return { type: "auto" };
   if (choice.type === "none") return { type: "none" };
@@ -57,7 +57,7 @@ function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
   throw badField("tool_choice.type", `must be auto, any, tool or none`);
 }
 
-function enableThinking(body: MessagesRequest): boolean | undefined {
+function enableThinking(body: CountTokensRequest): boolean | undefined {
   switch (body.thinking?.type) {
     case undefined:
       return undefined;
@@ -92,9 +92,10 @@ const CLAUDE_CODE_BILLING_HEADER = /^x-anthropic-billing-header: cc_version=\d+\
 /**
  * Builds the neutral chat prompt. System text from `system` comes first, then `role: "system"`
  * messages in their order (Claude Code sends reminders that way). A user message's tool_result
- * blocks become tool turns placed where they stand, so text after them stays after them.
+ * blocks become tool turns placed where they stand, so text after them stays after them. Reads
+ * only the fields a count_tokens body has (a Messages body has them too), so both routes share it.
  */
-export function chatPrompt(body: MessagesRequest): ChatPrompt {
+export function chatPrompt(body: CountTokensRequest): ChatPrompt {
   const system: string[] = [];
   if (typeof body.system === "string") {
     if (body.system !== "") system.push(body.system);
