@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync, mkdirSync, existsSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
-import openapiTS, { astToString, oapiRef, tsIntersection, tsLiteral, tsUnion, QUESTION_TOKEN } from "openapi-typescript";
+import openapiTS, { astToString, oapiRef, tsIntersection, tsUnion, QUESTION_TOKEN } from "openapi-typescript";
 import ts from "typescript";
 import { buildOpenapi } from "./openapi.src.mjs";
 

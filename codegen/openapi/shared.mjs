@@ -30,18 +30,24 @@ export const ex = (summary, value) => ({ summary, value });
  * carry (openapi-typescript ignores if/then). Such a variant (variant() below) names its `type`
  * by const and every field the type adds. `rest` is what an object no case matches must match.
  */
-export const byType = (cases, rest = null) =>
+export const byType = (cases, rest = null) => {
+  // The chain applies the first case whose type matches: a type in two cases would never reach
+  // its second.
+  const types = cases.flatMap(([t]) => (Array.isArray(t) ? t : [t]));
+  const twice = types.find((t, i) => types.indexOf(t) !== i);
+  if (twice !== undefined) throw new Error(`byType: ${twice} is in two cases; only the first would apply`);
   // One if/then/else chain (the types are exclusive), not an allOf of conditions: generators read
   // an allOf as composition and write a type for it (openapi-generator go: an undefined `Object`),
   // while they ignore if/then/else and keep the object's own properties.
-  cases.reduceRight(
-    (rest, [types, then]) => ({
+  return cases.reduceRight(
+    (otherwise, [types, then]) => ({
       if: { required: ["type"], properties: { type: Array.isArray(types) ? { enum: types } : { const: types } } },
       then: typeof then === "string" ? ref(then) : then,
-      ...(rest ? { else: rest } : {}),
+      ...(otherwise ? { else: otherwise } : {}),
     }),
     rest,
   );
+};
 
 /**
  * One variant of an object whose fields depend on its type, for byType: its type by const (the
