@@ -68,7 +68,7 @@ export function samplingParams(body: Body): SamplingParams {
     presence_penalty: num(body, "presence_penalty"),
   };
   if (isSet(body.seed)) {
-    // The contract bounds seed to the integers a JSON number holds exactly; the message says integer.
+    // The contract bounds seed to the integers a JSON number holds exactly (|seed| <= 2^53 - 1).
     if (typeof body.seed !== "number" || !withinLimits(FIELD_LIMITS.seed, body.seed)) throw badField("seed", "must be an integer");
     sampling.seed = body.seed;
   }
@@ -97,6 +97,7 @@ export function stopStrings(body: Body): string[] {
   if (!isSet(raw)) return [];
   const list = typeof raw === "string" ? [raw] : raw;
   if (!Array.isArray(list)) throw badField(field, "must be a string or a list of strings");
+  // In code points, as JSON Schema's minLength counts them.
   const min = FIELD_LIMITS[field].minLength;
   const what = min === 1 ? "a non-empty string" : `a string of at least ${min} characters`;
   list.forEach((s, i) => {
