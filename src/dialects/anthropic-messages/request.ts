@@ -207,5 +207,5 @@ export function toInternal(body: MessagesRequest, ctx: RequestContext): Generati
   if (body.output_config?.format !== undefined && body.output_config.format !== null) {
     throw unsupported("output_config.format", "structured output");
   }
-  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(body as unknown as Record<string, unknown>));
+  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(body as Record<string, unknown>));
 }
