@@ -1,4 +1,4 @@
-// `npm run codegen`: codegen/openapi.src.mjs -> openapi.json -> src/generated/{types.ts,operations.ts,limits.ts}.
+// `npm run codegen`: codegen/openapi.src.mjs (assembling codegen/openapi/*.mjs) -> openapi.json -> src/generated/{types.ts,operations.ts,limits.ts}.
 // Output is byte-stable: the same source always gives the same bytes, so a regenerate that shows a
 // diff means someone edited a generated file (or openapi.json) by hand.
 //
@@ -7,7 +7,8 @@
 import { readFileSync, writeFileSync, mkdirSync, existsSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
-import openapiTS, { astToString } from "openapi-typescript";
+import openapiTS, { astToString, oapiRef, tsIntersection, tsUnion, QUESTION_TOKEN } from "openapi-typescript";
+import ts from "typescript";
 import { buildOpenapi } from "./openapi.src.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -143,7 +144,7 @@ function limitsOf(doc) {
       const l = fieldLimits(doc, schema, `${op.request_schema}.${name}`);
       if (l === null) continue;
       if (fields[name] !== undefined && JSON.stringify(fields[name]) !== JSON.stringify(l))
-        throw new Error(`${name} is bounded one way in ${from[name]} and another in ${op.request_schema}: one definition in codegen/openapi.src.mjs`);
+        throw new Error(`${name} is bounded one way in ${from[name]} and another in ${op.request_schema}: one definition in codegen/openapi/ (the shared fields: shared.mjs)`);
       fields[name] ??= l;
       from[name] ??= op.request_schema;
     }
@@ -183,11 +184,57 @@ export type LimitedField = keyof typeof FIELD_LIMITS;
 `;
 }
 
+/**
+ * The variants of an object whose fields depend on its type (codegen/openapi/shared.mjs: byType
+ * with component names): its if/then/else chain's cases, each a `type` (const or enum) and the
+ * component its then refers to, and the listed types no case names. Null for any other schema.
+ * A variant must name its one type by const, so that a type narrows the union to it.
+ */
+function variantsOf(doc, name, schema) {
+  const cases = [];
+  for (let node = schema; node?.if?.properties?.type && typeof node.then?.$ref === "string"; node = node.else) {
+    const tag = node.if.properties.type;
+    const types = tag.const !== undefined ? [tag.const] : tag.enum;
+    const target = node.then.$ref.replace("#/components/schemas/", "");
+    const own = doc.components.schemas[target]?.properties?.type?.const;
+    if (types?.length !== 1 || own !== types[0]) throw new Error(`${name}: the variant ${target} must name its one type (${JSON.stringify(types)}) by const`);
+    cases.push({ type: types[0], ref: node.then.$ref });
+  }
+  if (cases.length === 0) return null;
+  const listed = schema.properties?.type?.enum ?? [];
+  const named = new Set(cases.map((c) => c.type));
+  return { cases, others: listed.filter((t) => !named.has(t)), typeRequired: (schema.required ?? []).includes("type") };
+}
+
+/**
+ * openapi-typescript ignores if/then, so an object with variants would be typed by its own fields
+ * alone. It becomes those fields and one of its variants, e.g. AnthropicInputBlock: its type and
+ * text, and either a variant component (tool_use: id, name, input) or a listed type no variant
+ * names ({ type: "text" | "image" | "document" }). An open `type` (a string, not an enum) has no
+ * such member: its other values are typed by the object's own fields alone.
+ */
+function variantTransform(doc) {
+  return (type, options) => {
+    const m = /^#\/components\/schemas\/([^/]+)$/.exec(options.path ?? "");
+    if (!m) return undefined;
+    const name = decodeURIComponent(m[1]);
+    const v = variantsOf(doc, name, doc.components.schemas[name]);
+    if (!v) return undefined;
+    const members = v.cases.map((c) => oapiRef(c.ref));
+    if (v.others.length > 0) {
+      const tag = ts.factory.createPropertySignature(undefined, "type", v.typeRequired ? undefined : QUESTION_TOKEN, tsUnion(v.others.map((t) => ts.factory.createLiteralTypeNode(ts.factory.createStringLiteral(t)))));
+      members.push(ts.factory.createTypeLiteralNode([tag]));
+    }
+    return tsIntersection([type, tsUnion(members)]);
+  };
+}
+
 async function render() {
   const doc = buildOpenapi();
   const openapiJson = JSON.stringify(doc, null, 2) + "\n";
   // Types come from the serialized document, so they describe exactly what is committed.
-  const ast = await openapiTS(JSON.parse(openapiJson), { alphabetize: true, exportType: false, defaultNonNullable: false, emptyObjectsUnknown: true });
+  const parsed = JSON.parse(openapiJson);
+  const ast = await openapiTS(parsed, { alphabetize: true, exportType: false, defaultNonNullable: false, emptyObjectsUnknown: true, postTransform: variantTransform(parsed) });
   const types = HEADER + astToString(ast);
   return {
     "openapi.json": openapiJson,

@@ -1,5 +1,5 @@
 // Anthropic Messages and token counting (src/dialects/anthropic-messages/): its wire schemas, request bodies and routes.
-import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_COMPLETION_TOKENS, textOnlyPart, TEXT_REQUIRED, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, errorSchemas, one, resp, sse, OPTIONAL_KEY, requestBody } from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, unsupportedValues, json, ex, byType, variant, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_COMPLETION_TOKENS, textOnlyPart, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, errorSchemas, one, resp, sse, OPTIONAL_KEY, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 
@@ -17,11 +17,12 @@ const ANTHROPIC_TOOL_CHOICE = {
 
 const ANTHROPIC_THINKING = {
   type: "object",
-  description: "Fields: type, budget_tokens.",
+  description: "Fields: type, budget_tokens, display.",
   required: ["type"],
   properties: {
     type: { type: "string", enum: ["enabled", "disabled", "adaptive"] },
     budget_tokens: { type: "integer", minimum: 0 },
+    display: { description: "omitted leaves thinking text out of the answer; any other value is accepted and ignored." },
   },
 };
 const ANTHROPIC_BLOCK_TYPES = ["text", "thinking", "redacted_thinking", "tool_use", "tool_result"];
@@ -164,28 +165,31 @@ requests.AnthropicInputMessage = {
 // tool_result content: text, or text blocks (media refused as elsewhere).
 requests.AnthropicInputTextBlock = {
   ...textOnlyPart(["text"], ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A text block."),
-  ...byType([["text", TEXT_REQUIRED]]),
+  ...byType([["text", "AnthropicInputTextBlockText"]]),
 };
+requests.AnthropicInputTextBlockText = variant("text", "A text block's text.", ["text"], { text: { type: "string" } });
 requests.AnthropicInputTextBlockList = { type: "array", description: "Text blocks.", items: ref("AnthropicInputTextBlock") };
 requests.AnthropicInputBlock = {
   ...textOnlyPart(ANTHROPIC_BLOCK_TYPES, ANTHROPIC_MEDIA_BLOCKS, ANTHROPIC_MEDIA_REFUSED, "A content block; image and document blocks are refused."),
   ...byType([
-    ["thinking", { properties: { thinking: { type: "string" }, signature: { type: "string" } } }],
-    ["redacted_thinking", { properties: { data: { type: "string" } } }],
-    ["tool_use", { required: ["id", "name"], properties: { id: { type: "string" }, name: { type: "string" } } }],
-    [
-      "tool_result",
-      {
-        required: ["tool_use_id"],
-        properties: {
-          tool_use_id: { type: "string" },
-          content: { description: "Text, or text blocks.", oneOf: [{ type: "string" }, ref("AnthropicInputTextBlockList")] },
-          is_error: { type: "boolean" },
-        },
-      },
-    ],
+    ["thinking", "AnthropicInputThinkingBlock"],
+    ["redacted_thinking", "AnthropicInputRedactedThinkingBlock"],
+    ["tool_use", "AnthropicInputToolUseBlock"],
+    ["tool_result", "AnthropicInputToolResultBlock"],
   ]),
 };
+requests.AnthropicInputThinkingBlock = variant("thinking", "A thinking block replayed from an earlier answer.", [], { thinking: { type: "string" }, signature: { type: "string" } });
+requests.AnthropicInputRedactedThinkingBlock = variant("redacted_thinking", "Redacted thinking: opaque, not replayed to the model.", [], { data: { type: "string" } });
+requests.AnthropicInputToolUseBlock = variant("tool_use", "A tool call replayed from an earlier answer.", ["id", "name"], {
+  id: { type: "string" },
+  name: { type: "string" },
+  input: { description: "The call's arguments (any JSON; {} when absent)." },
+});
+requests.AnthropicInputToolResultBlock = variant("tool_result", "The answer to a tool call.", ["tool_use_id"], {
+  tool_use_id: { type: "string" },
+  content: { description: "Text, or text blocks.", oneOf: [{ type: "string" }, ref("AnthropicInputTextBlockList")] },
+  is_error: { type: "boolean" },
+});
 requests.AnthropicInputBlockList = { type: "array", description: "Content blocks.", items: ref("AnthropicInputBlock") };
 const ANTHROPIC_MESSAGES = { type: "array", minItems: 1, description: "The conversation.", items: ref("AnthropicInputMessage") };
 const ANTHROPIC_SYSTEM = {

@@ -1,5 +1,5 @@
 // OpenAI Responses (src/dialects/openai-responses/): its wire schemas, request body and route.
-import { MODEL_ID_PLACEHOLDER, ref, UNSUPPORTED_KEYWORD, unsupportedValues, nullable, json, ex, byType, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, MAX_COMPLETION_TOKENS, TOP_LOGPROBS, STORE, TOOL_CHOICE_MODE, MEDIA_REFUSED, textOnlyPart, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, EXAMPLE_CREATED, one, responses, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
+import { MODEL_ID_PLACEHOLDER, ref, UNSUPPORTED_KEYWORD, unsupportedValues, nullable, json, ex, byType, variant, SAMPLING_FIELDS, COMMON_FIELDS, maxTokens, MAX_TOKENS, MAX_COMPLETION_TOKENS, TOP_LOGPROBS, STORE, TOOL_CHOICE_MODE, MEDIA_REFUSED, textOnlyPart, TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, EXAMPLE_CREATED, one, responses, sse, OPTIONAL_KEY, openaiGenerationResponses, requestBody } from "./shared.mjs";
 
 export const schemas = {};
 
@@ -176,17 +176,18 @@ schemas.ResponsesStreamEvent = {
 
 // --- request bodies
 export const requests = {};
-requests.ResponsesInputPart = textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused.");
+requests.ResponsesInputPart = {
+  ...textOnlyPart(RESPONSES_PART_TYPES, RESPONSES_MEDIA_PARTS, MEDIA_REFUSED, "A text part; input_image, input_file and input_audio parts are refused."),
+  ...byType([["refusal", "ResponsesInputRefusalPart"]]),
+};
+requests.ResponsesInputRefusalPart = variant("refusal", "A refusal replayed from an earlier answer: its text.", [], { refusal: { description: "The refusal text (read when a string)." } });
 requests.ResponsesInputPartList = { type: "array", description: "Text parts.", items: ref("ResponsesInputPart") };
 const RESPONSES_PARTS = ref("ResponsesInputPartList");
+const CALL_FIELDS = { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } };
+const OUTPUT = { output: { description: "Text, or text parts.", oneOf: [{ type: "string" }, RESPONSES_PARTS] } };
 requests.ResponsesInputItem = {
   type: "object",
   description: "One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item.",
-  // An item without type is a message (EasyInputMessage) and needs a role. if/else rather
-  // than anyOf of two required lists: typescript-fetch drops the enums of such an object.
-  // The per-type rules below sit in the then branch.
-  if: { required: ["type"], properties: { type: { type: "string" } } },
-  else: { required: ["role"], properties: { role: { type: "string" } } },
   properties: {
     type: {
       type: "string",
@@ -210,35 +211,63 @@ requests.ResponsesInputItem = {
     id: { type: "string" },
     call_id: { type: "string" },
   },
-  then: byType([
-    [["function_call", "custom_tool_call"], { required: ["call_id", "name"], properties: { call_id: { type: "string" }, name: { type: "string" }, namespace: { type: "string" } } }],
-    ["function_call", { properties: { arguments: { type: "string" } } }],
-    ["custom_tool_call", { properties: { input: { type: "string" } } }],
+  // One case per type (the chain takes the first case whose type matches). An item of no case
+  // that has no type is a message (EasyInputMessage) and needs a role: if/else rather than anyOf
+  // of two required lists, as typescript-fetch drops the enums of such an object.
+  ...byType(
     [
-      ["function_call_output", "custom_tool_call_output", "local_shell_call_output"],
-      { properties: { output: { description: "Text, or text parts.", oneOf: [{ type: "string" }, RESPONSES_PARTS] } } },
+      ["function_call", "ResponsesInputFunctionCallItem"],
+      ["custom_tool_call", "ResponsesInputCustomToolCallItem"],
+      ["local_shell_call", "ResponsesInputLocalShellCallItem"],
+      ["function_call_output", "ResponsesInputFunctionCallOutputItem"],
+      ["custom_tool_call_output", "ResponsesInputCustomToolCallOutputItem"],
+      ["local_shell_call_output", "ResponsesInputLocalShellCallOutputItem"],
+      ["reasoning", "ResponsesInputReasoningItem"],
     ],
-    ["reasoning", { properties: { summary: { oneOf: [RESPONSES_PARTS, { type: "null" }] } } }],
-  ]),
+    { if: { required: ["type"], properties: { type: { type: "string" } } }, else: { required: ["role"], properties: { role: { type: "string" } } } },
+  ),
 };
+requests.ResponsesInputFunctionCallItem = variant("function_call", "A function call replayed from an earlier answer.", ["call_id", "name"], { ...CALL_FIELDS, arguments: { type: "string" } });
+requests.ResponsesInputCustomToolCallItem = variant("custom_tool_call", "A custom tool call replayed from an earlier answer.", ["call_id", "name"], { ...CALL_FIELDS, input: { type: "string" } });
+requests.ResponsesInputLocalShellCallItem = variant("local_shell_call", "A local shell call replayed from an earlier answer (answered by local_shell_call_output).", [], {
+  action: { description: "The shell action (any JSON), replayed as the call's arguments." },
+});
+requests.ResponsesInputFunctionCallOutputItem = variant("function_call_output", "The output of a function call.", [], OUTPUT);
+requests.ResponsesInputCustomToolCallOutputItem = variant("custom_tool_call_output", "The output of a custom tool call.", [], OUTPUT);
+requests.ResponsesInputLocalShellCallOutputItem = variant("local_shell_call_output", "The output of a local shell call.", [], OUTPUT);
+requests.ResponsesInputReasoningItem = variant("reasoning", "Reasoning replayed from an earlier answer: its text (content) or summary.", [], { summary: { oneOf: [RESPONSES_PARTS, { type: "null" }] } });
 // function and custom tools need a name; a namespace groups such tools; hosted tools (web_search,
 // local_shell ...) are accepted and not offered.
 const RESPONSES_TOOL_FIELDS = { type: { type: "string" }, name: TOOL_NAME, description: TOOL_DESCRIPTION };
-const RESPONSES_NAMED_TOOLS = [["function", "custom"], { required: ["name"], properties: { name: TOOL_NAME, parameters: TOOL_SCHEMA } }];
+const NAMED_TOOL = { name: TOOL_NAME, parameters: TOOL_SCHEMA };
+const NAMED_TOOLS = [
+  ["function", "ResponsesFunctionTool"],
+  ["custom", "ResponsesCustomTool"],
+];
 requests.ResponsesTool = {
   type: "object",
   description: "A function, custom or namespace tool, or a hosted one (accepted, not offered).",
   required: ["type"],
   properties: {
     ...RESPONSES_TOOL_FIELDS,
-    tools: {
-      type: "array",
-      description: "namespace: the function and custom tools it groups.",
-      items: { type: "object", required: ["type"], properties: RESPONSES_TOOL_FIELDS, ...byType([RESPONSES_NAMED_TOOLS]) },
-    },
+    tools: { type: "array", description: "namespace: the function and custom tools it groups.", items: ref("ResponsesNamespaceMemberTool") },
   },
-  ...byType([RESPONSES_NAMED_TOOLS, ["namespace", { required: ["name", "tools"], properties: { name: TOOL_NAME, tools: { type: "array" } } }]]),
+  ...byType([...NAMED_TOOLS, ["namespace", "ResponsesNamespaceTool"]]),
 };
+requests.ResponsesNamespaceMemberTool = {
+  type: "object",
+  description: "A tool of a namespace: a function or custom tool, or a hosted one (accepted, not offered).",
+  required: ["type"],
+  properties: RESPONSES_TOOL_FIELDS,
+  ...byType(NAMED_TOOLS),
+};
+requests.ResponsesFunctionTool = variant("function", "A function tool: JSON arguments described by parameters.", ["name"], NAMED_TOOL);
+requests.ResponsesCustomTool = variant("custom", "A custom tool: raw text input.", ["name"], NAMED_TOOL);
+requests.ResponsesNamespaceTool = variant("namespace", "A namespace: the function and custom tools it groups, offered under its name.", ["name", "tools"], {
+  name: TOOL_NAME,
+  // items as the tool's own tools field has them: generators refuse an array without items.
+  tools: { type: "array", items: ref("ResponsesNamespaceMemberTool") },
+});
 requests.ResponsesInputItemList = { type: "array", description: "Input items.", items: ref("ResponsesInputItem") };
 requests.ResponsesNamedToolChoice = RESPONSES_NAMED_TOOL_CHOICE;
 requests.ResponsesRequest = {

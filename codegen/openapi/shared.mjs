@@ -21,21 +21,44 @@ export const json = (schema, examples) => ({ "application/json": examples ? { sc
 export const ex = (summary, value) => ({ summary, value });
 /**
  * Per-`type` rules of an object whose fields depend on its type (content blocks, input items,
- * tools): `cases` maps a type (or a list of types) to the schema that type must also match.
- * if/then rather than a oneOf of whole shapes, so that a 400 names the one field that is wrong.
+ * tools): `cases` maps a type (or a list of types) to the schema that type must also match, or to
+ * the name of a component holding it. if/then rather than a oneOf of whole shapes, so that a 400
+ * names the one field that is wrong.
+ *
+ * A component named here is one variant of the object: codegen types the object as its own fields
+ * and one of its variants (generate.mjs: variantsOf), which generated types would otherwise not
+ * carry (openapi-typescript ignores if/then). Such a variant (variant() below) names its `type`
+ * by const and every field the type adds. `rest` is what an object no case matches must match.
  */
-export const byType = (cases) =>
+export const byType = (cases, rest = null) => {
+  // The chain applies the first case whose type matches: a type in two cases would never reach
+  // its second.
+  const types = cases.flatMap(([t]) => (Array.isArray(t) ? t : [t]));
+  const twice = types.find((t, i) => types.indexOf(t) !== i);
+  if (twice !== undefined) throw new Error(`byType: ${twice} is in two cases; only the first would apply`);
   // One if/then/else chain (the types are exclusive), not an allOf of conditions: generators read
   // an allOf as composition and write a type for it (openapi-generator go: an undefined `Object`),
   // while they ignore if/then/else and keep the object's own properties.
-  cases.reduceRight(
-    (rest, [types, then]) => ({
+  return cases.reduceRight(
+    (otherwise, [types, then]) => ({
       if: { required: ["type"], properties: { type: Array.isArray(types) ? { enum: types } : { const: types } } },
-      then,
-      ...(rest ? { else: rest } : {}),
+      then: typeof then === "string" ? ref(then) : then,
+      ...(otherwise ? { else: otherwise } : {}),
     }),
-    null,
+    rest,
   );
+};
+
+/**
+ * One variant of an object whose fields depend on its type, for byType: its type by const (the
+ * case's `if` has already matched it, so the const refuses nothing), the fields that type adds,
+ * and those it requires. No `type: object`: the object's own schema says that, once.
+ */
+export const variant = (type, description, required, properties) => ({
+  description,
+  required: ["type", ...required],
+  properties: { type: { type: "string", const: type }, ...properties },
+});
 
 // ---------------------------------------------------------------- request fields
 

@@ -279,9 +279,11 @@ export interface components {
             model?: string;
             /** @description System prompt: a string or text blocks. */
             system?: string | components["schemas"]["AnthropicInputTextBlockList"];
-            /** @description Fields: type, budget_tokens. */
+            /** @description Fields: type, budget_tokens, display. */
             thinking?: {
                 budget_tokens?: number;
+                /** @description omitted leaves thinking text out of the answer; any other value is accepted and ignored. */
+                display?: unknown;
                 /** @enum {string} */
                 type: "enabled" | "disabled" | "adaptive";
             };
@@ -322,7 +324,9 @@ export interface components {
             text?: string;
             /** @enum {string} */
             type: "text" | "thinking" | "redacted_thinking" | "tool_use" | "tool_result" | "image" | "document";
-        };
+        } & (components["schemas"]["AnthropicInputThinkingBlock"] | components["schemas"]["AnthropicInputRedactedThinkingBlock"] | components["schemas"]["AnthropicInputToolUseBlock"] | components["schemas"]["AnthropicInputToolResultBlock"] | {
+            type: "text" | "image" | "document";
+        });
         /** @description Content blocks. */
         AnthropicInputBlockList: components["schemas"]["AnthropicInputBlock"][];
         AnthropicInputJsonDelta: {
@@ -337,14 +341,53 @@ export interface components {
             /** @enum {string} */
             role: "user" | "assistant" | "system";
         };
+        /** @description Redacted thinking: opaque, not replayed to the model. */
+        AnthropicInputRedactedThinkingBlock: {
+            data?: string;
+            /** @constant */
+            type: "redacted_thinking";
+        };
         /** @description A text block. */
         AnthropicInputTextBlock: {
             text?: string;
             /** @enum {string} */
             type: "text" | "image" | "document";
-        };
+        } & (components["schemas"]["AnthropicInputTextBlockText"] | {
+            type: "image" | "document";
+        });
         /** @description Text blocks. */
         AnthropicInputTextBlockList: components["schemas"]["AnthropicInputTextBlock"][];
+        /** @description A text block's text. */
+        AnthropicInputTextBlockText: {
+            text: string;
+            /** @constant */
+            type: "text";
+        };
+        /** @description A thinking block replayed from an earlier answer. */
+        AnthropicInputThinkingBlock: {
+            signature?: string;
+            thinking?: string;
+            /** @constant */
+            type: "thinking";
+        };
+        /** @description The answer to a tool call. */
+        AnthropicInputToolResultBlock: {
+            /** @description Text, or text blocks. */
+            content?: string | components["schemas"]["AnthropicInputTextBlockList"];
+            is_error?: boolean;
+            tool_use_id: string;
+            /** @constant */
+            type: "tool_result";
+        };
+        /** @description A tool call replayed from an earlier answer. */
+        AnthropicInputToolUseBlock: {
+            id: string;
+            /** @description The call's arguments (any JSON; {} when absent). */
+            input?: unknown;
+            name: string;
+            /** @constant */
+            type: "tool_use";
+        };
         AnthropicMessage: {
             content: components["schemas"]["AnthropicContentBlock"][];
             id: string;
@@ -438,9 +481,11 @@ export interface components {
              * @default 0
              */
             temperature?: number | null;
-            /** @description Fields: type, budget_tokens. */
+            /** @description Fields: type, budget_tokens, display. */
             thinking?: {
                 budget_tokens?: number;
+                /** @description omitted leaves thinking text out of the answer; any other value is accepted and ignored. */
+                display?: unknown;
                 /** @enum {string} */
                 type: "enabled" | "disabled" | "adaptive";
             };
@@ -960,6 +1005,14 @@ export interface components {
             /** @constant */
             type: "response.created";
         };
+        /** @description A custom tool: raw text input. */
+        ResponsesCustomTool: {
+            name: string;
+            /** @description JSON Schema of the arguments. */
+            parameters?: Record<string, unknown> | null;
+            /** @constant */
+            type: "custom";
+        };
         ResponsesCustomToolCallInputDeltaEvent: {
             delta: string;
             item_id: string;
@@ -1041,6 +1094,14 @@ export interface components {
             /** @constant */
             type: "function_call";
         };
+        /** @description A function tool: JSON arguments described by parameters. */
+        ResponsesFunctionTool: {
+            name: string;
+            /** @description JSON Schema of the arguments. */
+            parameters?: Record<string, unknown> | null;
+            /** @constant */
+            type: "function";
+        };
         ResponsesIncompleteEvent: {
             response: components["schemas"]["ResponsesResponse"];
             /** @description 0, 1, 2, ... in send order. */
@@ -1055,6 +1116,38 @@ export interface components {
             /** @constant */
             type: "response.in_progress";
         };
+        /** @description A custom tool call replayed from an earlier answer. */
+        ResponsesInputCustomToolCallItem: {
+            call_id: string;
+            input?: string;
+            name: string;
+            namespace?: string;
+            /** @constant */
+            type: "custom_tool_call";
+        };
+        /** @description The output of a custom tool call. */
+        ResponsesInputCustomToolCallOutputItem: {
+            /** @description Text, or text parts. */
+            output?: string | components["schemas"]["ResponsesInputPartList"];
+            /** @constant */
+            type: "custom_tool_call_output";
+        };
+        /** @description A function call replayed from an earlier answer. */
+        ResponsesInputFunctionCallItem: {
+            arguments?: string;
+            call_id: string;
+            name: string;
+            namespace?: string;
+            /** @constant */
+            type: "function_call";
+        };
+        /** @description The output of a function call. */
+        ResponsesInputFunctionCallOutputItem: {
+            /** @description Text, or text parts. */
+            output?: string | components["schemas"]["ResponsesInputPartList"];
+            /** @constant */
+            type: "function_call_output";
+        };
         /** @description One input item: a message (type message, or no type with a role) or a tool call, tool output or reasoning item. */
         ResponsesInputItem: {
             call_id?: string;
@@ -1064,17 +1157,48 @@ export interface components {
             role?: "system" | "developer" | "user" | "assistant";
             /** @enum {string} */
             type?: "message" | "function_call" | "function_call_output" | "custom_tool_call" | "custom_tool_call_output" | "local_shell_call" | "local_shell_call_output" | "reasoning" | "item_reference";
-        };
+        } & (components["schemas"]["ResponsesInputFunctionCallItem"] | components["schemas"]["ResponsesInputCustomToolCallItem"] | components["schemas"]["ResponsesInputLocalShellCallItem"] | components["schemas"]["ResponsesInputFunctionCallOutputItem"] | components["schemas"]["ResponsesInputCustomToolCallOutputItem"] | components["schemas"]["ResponsesInputLocalShellCallOutputItem"] | components["schemas"]["ResponsesInputReasoningItem"] | {
+            type?: "message" | "item_reference";
+        });
         /** @description Input items. */
         ResponsesInputItemList: components["schemas"]["ResponsesInputItem"][];
+        /** @description A local shell call replayed from an earlier answer (answered by local_shell_call_output). */
+        ResponsesInputLocalShellCallItem: {
+            /** @description The shell action (any JSON), replayed as the call's arguments. */
+            action?: unknown;
+            /** @constant */
+            type: "local_shell_call";
+        };
+        /** @description The output of a local shell call. */
+        ResponsesInputLocalShellCallOutputItem: {
+            /** @description Text, or text parts. */
+            output?: string | components["schemas"]["ResponsesInputPartList"];
+            /** @constant */
+            type: "local_shell_call_output";
+        };
         /** @description A text part; input_image, input_file and input_audio parts are refused. */
         ResponsesInputPart: {
             text?: string;
             /** @enum {string} */
             type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "refusal" | "input_image" | "input_file" | "input_audio";
-        };
+        } & (components["schemas"]["ResponsesInputRefusalPart"] | {
+            type: "input_text" | "output_text" | "text" | "reasoning_text" | "summary_text" | "input_image" | "input_file" | "input_audio";
+        });
         /** @description Text parts. */
         ResponsesInputPartList: components["schemas"]["ResponsesInputPart"][];
+        /** @description Reasoning replayed from an earlier answer: its text (content) or summary. */
+        ResponsesInputReasoningItem: {
+            summary?: components["schemas"]["ResponsesInputPartList"] | null;
+            /** @constant */
+            type: "reasoning";
+        };
+        /** @description A refusal replayed from an earlier answer: its text. */
+        ResponsesInputRefusalPart: {
+            /** @description The refusal text (read when a string). */
+            refusal?: unknown;
+            /** @constant */
+            type: "refusal";
+        };
         ResponsesMessageItem: {
             content: components["schemas"]["ResponsesOutputTextPart"][];
             id: string;
@@ -1091,6 +1215,19 @@ export interface components {
             name?: string;
             /** @enum {string} */
             type: "function" | "custom";
+        };
+        /** @description A tool of a namespace: a function or custom tool, or a hosted one (accepted, not offered). */
+        ResponsesNamespaceMemberTool: {
+            description?: string | null;
+            name?: string;
+            type: string;
+        } & (components["schemas"]["ResponsesFunctionTool"] | components["schemas"]["ResponsesCustomTool"]);
+        /** @description A namespace: the function and custom tools it groups, offered under its name. */
+        ResponsesNamespaceTool: {
+            name: string;
+            tools: components["schemas"]["ResponsesNamespaceMemberTool"][];
+            /** @constant */
+            type: "namespace";
         };
         /** @description message, reasoning, function_call or custom_tool_call. */
         ResponsesOutputItem: components["schemas"]["ResponsesMessageItem"] | components["schemas"]["ResponsesReasoningItem"] | components["schemas"]["ResponsesFunctionCallItem"] | components["schemas"]["ResponsesCustomToolCallItem"];
@@ -1311,13 +1448,9 @@ export interface components {
             description?: string | null;
             name?: string;
             /** @description namespace: the function and custom tools it groups. */
-            tools?: {
-                description?: string | null;
-                name?: string;
-                type: string;
-            }[];
+            tools?: components["schemas"]["ResponsesNamespaceMemberTool"][];
             type: string;
-        };
+        } & (components["schemas"]["ResponsesFunctionTool"] | components["schemas"]["ResponsesCustomTool"] | components["schemas"]["ResponsesNamespaceTool"]);
         ResponsesUsage: {
             input_tokens: number;
             input_tokens_details: {

@@ -1,4 +1,4 @@
-import { chatPrompt, type MessagesRequest } from "../dialects/anthropic-messages/index.js";
+import { chatPrompt, type CountTokensRequest } from "../dialects/anthropic-messages/index.js";
 import type { Handler } from "./types.js";
 
 /**
@@ -6,7 +6,7 @@ import type { Handler } from "./types.js";
  * request with this body would render (same translation, same template).
  */
 export const countMessageTokens: Handler = async (api, ctx, deps) => {
-  const body = api.request.requestBody as MessagesRequest;
+  const body = api.request.requestBody as CountTokensRequest;
   const input_tokens = await deps.engine.countTokens({ kind: "chat", chat: chatPrompt(body) });
   ctx.body = { input_tokens };
 };

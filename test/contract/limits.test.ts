@@ -3,7 +3,7 @@
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
 import { FIELD_LIMITS } from "../../src/generated/limits.js";
-import { maxTokens, rangeText, samplingParams, stopStrings, withinLimits } from "../../src/dialects/shared/request.js";
+import { maxTokens, rangeText, requireSingleChoice, samplingParams, stopStrings, withinLimits } from "../../src/dialects/shared/request.js";
 import { MAX_STOP_LENGTH, MAX_STOP_STRINGS } from "../../src/engine/stop.js";
 import { ApiError } from "../../src/errors.js";
 
@@ -47,10 +47,24 @@ describe("generated field limits", () => {
     expect(stopStrings({ stop: ["a", "a", "b"] })).to.deep.equal(["a", "b"]);
   });
 
+  it("n, seed and stop strings are read with the contract's bounds", () => {
+    expect(FIELD_LIMITS.n).to.deep.include({ minimum: doc.components.schemas.ChatCompletionRequest.properties.n.minimum, maximum: doc.components.schemas.ChatCompletionRequest.properties.n.maximum });
+    expect(() => requireSingleChoice({ n: 1 })).to.not.throw();
+    expect(() => requireSingleChoice({ n: 2 })).to.throw(ApiError, /n: must be 1$/);
+    expect(() => requireSingleChoice({ n: "1" })).to.throw(ApiError, /n: must be 1$/);
+    expect(samplingParams({ seed: FIELD_LIMITS.seed.maximum }).seed).to.equal(Number.MAX_SAFE_INTEGER);
+    expect(() => samplingParams({ seed: FIELD_LIMITS.seed.maximum + 2 })).to.throw(ApiError, /seed: must be an integer/);
+    expect(() => samplingParams({ seed: 1.5 })).to.throw(ApiError, /seed: must be an integer/);
+    expect(FIELD_LIMITS.stop.minLength).to.equal(doc.components.schemas.MashboxStopList.items.minLength);
+    expect(() => stopStrings({ stop: ["a", ""] })).to.throw(ApiError, /stop\[1\]: must be a non-empty string/);
+    expect(() => stopStrings({ stop_sequences: [""] })).to.throw(ApiError, /stop_sequences\[0\]: must be a non-empty string/);
+  });
+
   it("bounds in words, for each kind of range", () => {
     expect(rangeText({ type: "number", minimum: 0, maximum: 4 })).to.equal("between 0 and 4");
     expect(rangeText({ type: "integer", exclusiveMinimum: 0, exclusiveMaximum: 3 })).to.equal("an integer in (0, 3)");
     expect(rangeText({ type: "number", maximum: 2 })).to.equal("<= 2");
+    expect(rangeText({ type: "integer", minimum: 1, maximum: 1 })).to.equal("1");
     expect(withinLimits({ type: "integer", minimum: 1 }, 1)).to.equal(true);
     expect(withinLimits({ type: "integer", minimum: 1 }, Infinity)).to.equal(false);
   });

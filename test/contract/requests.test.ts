@@ -125,6 +125,27 @@ describe("contract: request schemas", () => {
     refused("countMessageTokens", { messages: [{ role: "user", content: [{ type: "document", source: {} }] }] }, "/messages/0/content/0/type");
   });
 
+  it("per-type fields of blocks, input items and tools (each type's variant)", () => {
+    const call = { type: "function_call", call_id: "call_1", name: "f" };
+    accepted("createResponse", { input: [{ ...call, arguments: "{}" }, { type: "function_call_output", call_id: "call_1", output: "ok" }] });
+    refused("createResponse", { input: [{ ...call, arguments: { a: 1 } }] }, "/input/0/arguments");
+    refused("createResponse", { input: [{ type: "custom_tool_call", call_id: "c", name: "g", input: 5 }] }, "/input/0/input");
+    refused("createResponse", { input: [{ type: "custom_tool_call", call_id: "c" }] }, "/input/0");
+    refused("createResponse", { input: [{ type: "function_call_output", call_id: "call_1", output: [{ type: "input_image" }] }] }, "/input/0/output/0/type");
+    refused("createResponse", { input: [{ type: "reasoning", summary: "thought" }] }, "/input/0/summary");
+    accepted("createResponse", { input: [{ type: "local_shell_call", call_id: "s", action: { command: ["ls"] } }, { role: "assistant", content: [{ type: "refusal", refusal: "no" }] }] });
+    refused("createResponse", { input: "hi", tools: [{ type: "namespace", name: "ns" }] }, "/tools/0");
+    refused("createResponse", { input: "hi", tools: [{ type: "namespace", name: "ns", tools: [{ type: "function", name: "" }] }] }, "/tools/0/tools/0/name");
+    accepted("createResponse", { input: "hi", tools: [{ type: "namespace", name: "ns", tools: [{ type: "function", name: "f" }, { type: "web_search" }] }, { type: "web_search" }] });
+    const user = (content: unknown) => ({ max_tokens: 8, messages: [{ role: "user", content }] });
+    refused("createMessage", user([{ type: "tool_use", name: "f", input: {} }]), "/messages/0/content/0");
+    refused("createMessage", user([{ type: "tool_result", tool_use_id: "t", content: [{ type: "text" }] }]), "/messages/0/content/0/content/0");
+    refused("createMessage", user([{ type: "tool_result", tool_use_id: "t", is_error: "yes" }]), "/messages/0/content/0/is_error");
+    refused("countMessageTokens", { messages: [{ role: "assistant", content: [{ type: "thinking", thinking: 1 }] }] }, "/messages/0/content/0/thinking");
+    refused("createMessage", { ...messages, system: [{ type: "text" }] }, "/system/0");
+    accepted("createMessage", { ...messages, thinking: { type: "enabled", budget_tokens: 64, display: "omitted" }, messages: [{ role: "assistant", content: [{ type: "text" }, { type: "redacted_thinking", data: "x" }] }] });
+  });
+
   it("the examples in openapi.json validate against their own request schemas", () => {
     const doc = readOpenapiDocument();
     let n = 0;

@@ -2,18 +2,19 @@ import type { ChatPrompt, ChatToolCall, ChatTurn, GenerationRequest, ToolChoice,
 import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
-import type { MessageParam, MessagesRequest, RequestBlock, ToolParam, ToolResultBlock } from "./types.js";
+import type { CountTokensRequest, MessageParam, MessagesRequest, RequestBlock, TextBlock, ToolParam, ToolResultBlock } from "./types.js";
 
 export type { RequestContext };
 
 // Media blocks are documented as refused: the models served here read text only.
 const MEDIA_BLOCKS = new Set(["image", "document", "search_result", "container_upload"]);
 
-function textOfBlocks(blocks: RequestBlock[], field: string, allowed: ReadonlySet<string>): string {
+function textOfBlocks(blocks: (RequestBlock | TextBlock)[], field: string, allowed: ReadonlySet<string>): string {
   const parts: string[] = [];
   blocks.forEach((block, j) => {
     const where = `${field}[${j}]`;
-    if (block.type === "text") parts.push((block as { text: string }).text);
+    // The contract requires text only of system and tool_result blocks; a message's may lack it.
+    if (block.type === "text") parts.push(block.text ?? "");
     else if (MEDIA_BLOCKS.has(block.type)) throw unsupported(where, `${quoted(block.type)} content (the model reads text only)`);
     else if (!allowed.has(block.type)) throw badField(where, `unexpected content block type ${quoted(block.type)}`);
   });
@@ -22,7 +23,7 @@ function textOfBlocks(blocks: RequestBlock[], field: string, allowed: ReadonlySe
 
 function toolResultText(block: ToolResultBlock, field: string): string {
   const text =
-    block.content === undefined ? "" : typeof block.content === "string" ? block.content : textOfBlocks(block.content as RequestBlock[], `${field}.content`, new Set());
+    block.content === undefined ? "" : typeof block.content === "string" ? block.content : textOfBlocks(block.content, `${field}.content`, new Set());
   // Chat templates have no error flag on a tool turn; the model has to read the failure.
   return block.is_error === true ? `Error: ${text}` : text;
 }
@@ -35,13 +36,14 @@ function isClientTool(tool: ToolParam): boolean {
 function toolSpecs(tools: ToolParam[] | undefined): ToolSpec[] {
   return (tools ?? []).filter(isClientTool).map((t) => ({
     name: t.name,
-    ...(t.description !== undefined ? { description: t.description } : {}),
+    // The contract allows a null description, which a tool spec does not carry.
+    ...(typeof t.description === "string" ? { description: t.description } : {}),
     parameters: t.input_schema ?? { type: "object", properties: {} },
     kind: "function" as const,
   }));
 }
 
-function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
+function toolChoice(body: CountTokensRequest, tools: ToolSpec[]): ToolChoice {
   const choice = body.tool_choice;
   if (!choice || choice.type === "auto") return { type: "auto" };
   if (choice.type === "none") return { type: "none" };
@@ -55,7 +57,7 @@ function toolChoice(body: MessagesRequest, tools: ToolSpec[]): ToolChoice {
   throw badField("tool_choice.type", `must be auto, any, tool or none`);
 }
 
-function enableThinking(body: MessagesRequest): boolean | undefined {
+function enableThinking(body: CountTokensRequest): boolean | undefined {
   switch (body.thinking?.type) {
     case undefined:
       return undefined;
@@ -90,9 +92,10 @@ const CLAUDE_CODE_BILLING_HEADER = /^x-anthropic-billing-header: cc_version=\d+\
 /**
  * Builds the neutral chat prompt. System text from `system` comes first, then `role: "system"`
  * messages in their order (Claude Code sends reminders that way). A user message's tool_result
- * blocks become tool turns placed where they stand, so text after them stays after them.
+ * blocks become tool turns placed where they stand, so text after them stays after them. Reads
+ * only the fields a count_tokens body has (a Messages body has them too), so both routes share it.
  */
-export function chatPrompt(body: MessagesRequest): ChatPrompt {
+export function chatPrompt(body: CountTokensRequest): ChatPrompt {
   const system: string[] = [];
   if (typeof body.system === "string") {
     if (body.system !== "") system.push(body.system);
@@ -131,13 +134,12 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
       content.forEach((block, j) => {
         const where = `${field}[${j}]`;
         if (block.type === "text") {
-          pending.push((block as { text: string }).text);
+          pending.push(block.text ?? "");
           sawText = true;
         } else if (block.type === "tool_result") {
           flush();
-          const result = block as ToolResultBlock;
-          const name = callNames.get(result.tool_use_id);
-          turns.push({ role: "tool", tool_call_id: result.tool_use_id, ...(name ? { name } : {}), content: toolResultText(result, where) });
+          const name = callNames.get(block.tool_use_id);
+          turns.push({ role: "tool", tool_call_id: block.tool_use_id, ...(name ? { name } : {}), content: toolResultText(block, where) });
         } else if (MEDIA_BLOCKS.has(block.type)) {
           throw unsupported(where, `${quoted(block.type)} content (the model reads text only)`);
         } else {
@@ -159,18 +161,17 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
         const where = `${field}[${j}]`;
         switch (block.type) {
           case "text":
-            text.push((block as { text: string }).text);
+            text.push(block.text ?? "");
             break;
           case "thinking":
-            thinking.push((block as { thinking: string }).thinking);
+            thinking.push(block.thinking ?? "");
             break;
           case "redacted_thinking":
             // Opaque to us: there is no text to replay.
             break;
           case "tool_use": {
-            const use = block as { id: string; name: string; input: unknown };
-            callNames.set(use.id, use.name);
-            calls.push({ id: use.id, name: use.name, arguments: stringifyInput(use.input) });
+            callNames.set(block.id, block.name);
+            calls.push({ id: block.id, name: block.name, arguments: stringifyInput(block.input) });
             break;
           }
           default:
@@ -189,7 +190,7 @@ export function chatPrompt(body: MessagesRequest): ChatPrompt {
 
   const tools = toolSpecs(body.tools);
   const thinking = enableThinking(body);
-  const budget = thinking === true ? (body.thinking as { budget_tokens?: unknown }).budget_tokens : undefined;
+  const budget = thinking === true ? body.thinking?.budget_tokens : undefined;
   return {
     system,
     turns,
@@ -206,5 +207,5 @@ export function toInternal(body: MessagesRequest, ctx: RequestContext): Generati
   if (body.output_config?.format !== undefined && body.output_config.format !== null) {
     throw unsupported("output_config.format", "structured output");
   }
-  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(body as unknown as Record<string, unknown>));
+  return generationRequest(ctx, { kind: "chat", chat: chatPrompt(body) }, commonGenerationFields(body as Record<string, unknown>));
 }

@@ -2,9 +2,11 @@ import type { ChatPrompt, ChatTurn, GenerationRequest, ToolChoice, ToolSpec } fr
 import { badField, quoted, unsupported } from "../../errors.js";
 import { commonGenerationFields, generationRequest } from "../shared/request.js";
 import type { RequestContext } from "../shared/context.js";
-import type { ContentPart, InputItem, ResponsesRequest, ToolParam } from "./types.js";
+import type { ContentPart, InputItem, NamespaceMemberTool, ResponsesRequest, ToolParam } from "./types.js";
 
 export type { RequestContext };
+
+type ToolOutputType = "function_call_output" | "custom_tool_call_output" | "local_shell_call_output";
 
 // Parts that carry text; everything else in a message is media, refused for a text-only model.
 const TEXT_PARTS = new Set(["input_text", "output_text", "text", "summary_text", "reasoning_text"]);
@@ -21,9 +23,10 @@ function partsText(content: string | ContentPart[] | null | undefined, field: st
     .join("");
 }
 
-function oneTool(tool: ToolParam, field: string, namespace?: string): ToolSpec | null {
+function oneTool(tool: ToolParam | NamespaceMemberTool, field: string, namespace?: string): ToolSpec | null {
   const ns = namespace !== undefined ? { namespace } : {};
-  const description = tool.description !== undefined ? { description: tool.description } : {};
+  // The contract allows a null description, which a tool spec does not carry.
+  const description = typeof tool.description === "string" ? { description: tool.description } : {};
   if (tool.type === "function") {
     if (!tool.name) throw badField(`${field}.name`, "a function tool needs a name");
     return { name: tool.name, ...description, parameters: tool.parameters ?? { type: "object", properties: {} }, kind: "function", ...ns };
@@ -106,7 +109,7 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
     callNames.set(id, name);
     (turn.tool_calls ??= []).push({ id, name, arguments: args });
   };
-  const addOutput = (item: InputItem, field: string) => {
+  const addOutput = (item: Extract<InputItem, { type: ToolOutputType }>, field: string) => {
     const id = item.call_id ?? item.id;
     if (typeof id !== "string") throw badField(`${field}.call_id`, "is required");
     const name = callNames.get(id);
@@ -116,8 +119,11 @@ export function chatPrompt(body: ResponsesRequest): ChatPrompt {
   const input: InputItem[] = typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : body.input;
   input.forEach((item, i) => {
     const field = `input[${i}]`;
-    const type = item.type ?? (item.role !== undefined ? "message" : undefined);
-    switch (type) {
+    const type: unknown = item.type;
+    // An item without type is a message (EasyInputMessage) when it has a role.
+    if (type === undefined && item.role === undefined) throw badField(`${field}.type`, `unknown input item type ${quoted(type)}`);
+    switch (item.type) {
+      case undefined:
       case "message": {
         const text = partsText(item.content, `${field}.content`);
         if (item.role === "system" || item.role === "developer") system.push(text);

@@ -30,8 +30,9 @@ export function withinLimits(l: FieldLimits, v: number): boolean {
   return true;
 }
 
-/** The range of a numeric field in words: "between 0 and 4", "in (0, 1]", "an integer >= 0", "> 0". */
+/** The range of a numeric field in words: "between 0 and 4", "in (0, 1]", "an integer >= 0", "> 0", "1". */
 export function rangeText(l: FieldLimits): string {
+  if (l.minimum !== undefined && l.minimum === l.maximum) return String(l.minimum);
   const lo = l.minimum ?? l.exclusiveMinimum;
   const hi = l.maximum ?? l.exclusiveMaximum;
   const int = l.type === "integer" ? "an integer " : "";
@@ -67,7 +68,8 @@ export function samplingParams(body: Body): SamplingParams {
     presence_penalty: num(body, "presence_penalty"),
   };
   if (isSet(body.seed)) {
-    if (typeof body.seed !== "number" || !Number.isSafeInteger(body.seed)) throw badField("seed", "must be an integer");
+    // The contract bounds seed to the integers a JSON number holds exactly (|seed| <= 2^53 - 1).
+    if (typeof body.seed !== "number" || !withinLimits(FIELD_LIMITS.seed, body.seed)) throw badField("seed", "must be an integer");
     sampling.seed = body.seed;
   }
   return sampling;
@@ -95,8 +97,11 @@ export function stopStrings(body: Body): string[] {
   if (!isSet(raw)) return [];
   const list = typeof raw === "string" ? [raw] : raw;
   if (!Array.isArray(list)) throw badField(field, "must be a string or a list of strings");
+  // In code points, as JSON Schema's minLength counts them.
+  const min = FIELD_LIMITS[field].minLength;
+  const what = min === 1 ? "a non-empty string" : `a string of at least ${min} characters`;
   list.forEach((s, i) => {
-    if (typeof s !== "string" || s === "") throw badField(`${field}[${i}]`, "must be a non-empty string");
+    if (typeof s !== "string" || [...s].length < min) throw badField(`${field}[${i}]`, `must be ${what}`);
   });
   return [...new Set(list as string[])];
 }
@@ -109,9 +114,10 @@ export function rejectSet(body: Body, fields: string[], why: string): void {
   }
 }
 
-/** `n` exists for compatibility only: one choice per request. */
+/** `n` exists for compatibility only: the contract bounds it to one choice per request. */
 export function requireSingleChoice(body: Body): void {
-  if (isSet(body.n) && body.n !== 1) throw badField("n", "must be 1");
+  const l: FieldLimits = FIELD_LIMITS.n;
+  if (isSet(body.n) && (typeof body.n !== "number" || !withinLimits(l, body.n))) throw badField("n", `must be ${rangeText(l)}`);
 }
 
 /**
