@@ -22,6 +22,8 @@ struct Scheduler::Seq {
   int n_gen = 0;
   std::vector<int32_t> draft;  // this step's draft tokens, fed after `pending`
   int draft_cur = 0;           // draft length to try next (adapt_draft)
+  double acceptance = 1.0;     // recent share of drafts kept (update_acceptance)
+  int held_back = 0;           // steps in a row draft_budget gave it nothing
   int draft_n = 0, draft_accepted = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
@@ -46,8 +48,20 @@ static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::s
 }
 
 Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink)
-    : model_(std::move(model)), tok_(std::move(tok)), opts_(opts), sink_(std::move(sink)) {
+    : Scheduler(std::move(model), nullptr, std::move(tok), std::move(opts), std::move(sink)) {}
+
+Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::shared_ptr<const Tokenizer> tok,
+                     SchedulerOptions opts, Sink sink)
+    : model_(std::move(model)), draft_model_(std::move(draft_model)), tok_(std::move(tok)), opts_(opts), sink_(std::move(sink)) {
   if (opts_.n_slots < 1 || opts_.n_ctx < 1) throw std::invalid_argument("scheduler: slots and ctx must be >= 1");
+  if (draft_model_) {
+    // The engine's load checks say which models and why; these guard the invariants the draft
+    // path relies on (one row layout, rollback).
+    if (draft_model_->config().n_vocab != model_->config().n_vocab)
+      throw std::invalid_argument("scheduler: the draft model's vocabulary size differs from the model's");
+    if (!draft_model_->kv_rewindable() || !model_->kv_rewindable())
+      throw std::invalid_argument("scheduler: speculative decoding with a draft model needs both models to roll back K/V");
+  }
   // Every sequence needs room for at least its decode token in a step.
   opts_.max_batch = std::max(opts_.max_batch, opts_.n_slots);
   n_vocab_ = model_->config().n_vocab;
@@ -65,7 +79,9 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
   // plus a row per draft token.
   opts_.spec_draft_max = std::max(1, opts_.spec_draft_max);
   rewindable_ = model_->kv_rewindable();
-  logits_.resize((size_t(opts_.n_slots) + size_t(opts_.spec_ngram ? kSpecRows : 0)) * size_t(n_vocab_));
+  const bool spec = opts_.spec_ngram || draft_model_;
+  logits_.resize((size_t(opts_.n_slots) + size_t(spec ? kSpecRows : 0)) * size_t(n_vocab_));
+  if (draft_model_) draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
@@ -370,27 +386,119 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
   return trie_;
 }
 
-// Phase 3a: n-gram drafts for the decoding sequences, within the step's draft budget. A draft
-// is the continuation of the latest earlier occurrence of the history's last 2..4 tokens.
+// Phase 3a: drafts for the decoding sequences, each within its draft_budget and all within the
+// step's rows. An n-gram draft is the continuation of the latest earlier occurrence of the
+// history's last 2..4 tokens; with a draft model, its greedy continuation of the history.
 void Scheduler::draft(int n_decoding) {
-  // Rows a step may spend on drafts: decode is bound by reading the weights, so a few extra rows
-  // cost little alone, but as more sequences decode the step turns compute-bound and each
-  // sequence's share shrinks, to nothing at kSpecRows decoding sequences.
+  // Rows a step may spend on drafts, at most: past kSpecRows decoding sequences draft_budget
+  // leaves none anyway, and max_batch must still hold every decode row.
   int budget = std::min(kSpecRows - n_decoding, opts_.max_batch - n_decoding);
+  DraftPolicy policy;
+  policy.draft_max = opts_.spec_draft_max;
+  policy.spec_rows = kSpecRows;
+  const bool on = (opts_.spec_ngram || draft_model_) && rewindable_;
   std::vector<int32_t> hist;
+  std::vector<std::pair<Seq*, int>> by_model;  // sequences the draft model continues, and how far
   for (auto& s : running_) {
     s->draft.clear();
-    if (s->pending < 0 || budget <= 0 || !opts_.spec_ngram || !rewindable_) continue;
+    if (s->pending < 0 || budget <= 0 || !on) continue;
     const auto& c = slots_[s->slot].cached;
     // Room: the drafts' K/V must fit the slot, and no more tokens than max_tokens allows.
     int room = opts_.n_ctx - int(c.size()) - 1;
     if (s->req.max_tokens >= 0) room = std::min(room, s->req.max_tokens - s->n_gen - 1);
-    const int n = std::min({s->draft_cur, room, budget});
+    const int share = draft_budget(policy, n_decoding, s->acceptance, s->held_back);
+    s->held_back = share > 0 ? 0 : s->held_back + 1;
+    const int n = std::min({s->draft_cur, share, room, budget});
     if (n <= 0) continue;
+    if (draft_model_) {
+      by_model.emplace_back(s.get(), n);
+      budget -= n;
+      continue;
+    }
     hist.assign(c.begin(), c.end());
     hist.push_back(s->pending);
     s->draft = draft_ngram(hist.data(), hist.size(), 2, 4, n);
     budget -= int(s->draft.size());
+  }
+  if (!by_model.empty()) draft_with_model(by_model);
+}
+
+// Greedy drafts from the draft model, batched across sequences: first one forward that brings
+// each slot of the draft model up to its sequence's history (the target's slot tokens and the
+// pending token; usually just those two, the whole prompt after admission) and gives the first
+// draft token, then one forward per further draft position for every sequence still drafting.
+// A greedy draft is a point mass, so accepted_prefix's rule keeps the output exactly the same.
+void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) {
+  const int V = n_vocab_;
+  auto argmax = [V](const float* row) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+      if (row[v] > row[best]) best = v;
+    return int32_t(best);
+  };
+  try {
+    Batch b;
+    std::vector<int32_t> next_pos(want.size());  // where each sequence's next draft token goes
+    for (size_t j = 0; j < want.size(); j++) {
+      Seq& s = *want[j].first;
+      Slot& sl = slots_[s.slot];
+      const size_t h = sl.cached.size() + 1;  // history: the slot's tokens, then pending
+      auto at = [&](size_t i) { return i < sl.cached.size() ? sl.cached[i] : s.pending; };
+      // What the draft slot already holds of the history (a reused slot, or one that fell behind
+      // while it did not draft), less the last token, whose logits are needed now.
+      size_t keep = 0;
+      while (keep < sl.draft_cached.size() && keep < h - 1 && sl.draft_cached[keep] == at(keep)) keep++;
+      keep = size_t(draft_model_->kv_reusable(s.slot, int(keep)));
+      draft_model_->kv_truncate(s.slot, int(keep));
+      sl.draft_cached.resize(keep);
+      for (size_t i = keep; i < h; i++) {
+        b.token.push_back(at(i));
+        b.pos.push_back(int32_t(i));
+        b.slot.push_back(s.slot);
+        b.logits.push_back(i + 1 == h ? 1 : 0);
+        sl.draft_cached.push_back(at(i));
+      }
+      next_pos[j] = int32_t(h);
+    }
+    draft_model_->forward(b, draft_logits_.data());
+    for (size_t j = 0; j < want.size(); j++) want[j].first->draft.push_back(argmax(draft_logits_.data() + j * size_t(V)));
+    for (int k = 1;; k++) {
+      Batch d;
+      std::vector<Seq*> rows;
+      for (size_t j = 0; j < want.size(); j++) {
+        Seq& s = *want[j].first;
+        if (want[j].second <= k) continue;
+        d.token.push_back(s.draft.back());
+        d.pos.push_back(next_pos[j]++);
+        d.slot.push_back(s.slot);
+        d.logits.push_back(1);
+        slots_[s.slot].draft_cached.push_back(s.draft.back());
+        rows.push_back(&s);
+      }
+      if (rows.empty()) break;
+      draft_model_->forward(d, draft_logits_.data());
+      for (size_t r = 0; r < rows.size(); r++) rows[r]->draft.push_back(argmax(draft_logits_.data() + r * size_t(V)));
+    }
+  } catch (const std::exception& e) {
+    // Drafts are only guesses: this step goes without them, and the draft model starts over.
+    std::fprintf(stderr, "mashbox: draft model failed, drafting restarts: %s\n", e.what());
+    for (const auto& [s, n] : want) s->draft.clear();
+    for (int i = 0; i < opts_.n_slots; i++) {
+      draft_model_->kv_truncate(i, 0);
+      slots_[i].draft_cached.clear();
+    }
+  }
+}
+
+// The draft model's slot keeps only what the target's slot still holds (rejected drafts leave
+// both).
+void Scheduler::trim_draft_kv(int slot) {
+  if (!draft_model_) return;
+  auto& dc = slots_[slot].draft_cached;
+  const size_t keep = common_prefix(dc, slots_[slot].cached);
+  if (dc.size() > keep) {
+    draft_model_->kv_truncate(slot, int(keep));
+    dc.resize(keep);
   }
 }
 
@@ -571,12 +679,14 @@ void Scheduler::process_outputs(const BatchPlan& plan, const std::vector<Seq*>& 
     }
     if (drafted > 0) {
       s.draft_cur = adapt_draft(s.draft_cur, drafted, last, opts_.spec_draft_max);  // last = accepted
+      s.acceptance = update_acceptance(s.acceptance, drafted, last);
       // Drafts never consumed leave the slot (and so never reach the host cache).
       const size_t keep = part.pos0 + size_t(last) + 1;
       if (slots_[slot].cached.size() > keep) {
         model_->kv_truncate(slot, int(keep));
         slots_[slot].cached.resize(keep);
       }
+      trim_draft_kv(slot);
     }
     r += size_t(n_rows);
   }

@@ -104,6 +104,18 @@ int adapt_draft(int cur, int drafted, int accepted, int max) {
   return std::max(1, std::min(cur, max));
 }
 
+int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int held_back) {
+  if (n_decoding < 1) return 0;
+  const int share = std::max(0, std::min(p.draft_max, (p.spec_rows - n_decoding) / n_decoding));
+  if (acceptance < p.acceptance_floor) return held_back >= p.probe_every ? std::min(1, share) : 0;
+  return share;
+}
+
+double update_acceptance(double acceptance, int drafted, int accepted) {
+  if (drafted <= 0) return acceptance;
+  return 0.7 * acceptance + 0.3 * double(accepted) / double(drafted);
+}
+
 int accepted_prefix(const std::vector<int32_t>& draft, const std::vector<int32_t>& sampled) {
   int a = 0;
   while (size_t(a) < draft.size() && size_t(a) < sampled.size() && sampled[size_t(a)] == draft[size_t(a)]) a++;

@@ -123,6 +123,50 @@ static void test_adapt_and_accept() {
 }
 
 // Chi-square statistic of counts against probabilities p over n draws.
+// The draft budget: a step's extra rows are cheap only while it stays bound by reading weights.
+static void test_draft_budget() {
+  DraftPolicy p;  // draft_max 8, 16 spec rows, floor 0.3, probe every 8
+  CHECK_EQ(draft_budget(p, 1, 1.0, 0), p.draft_max);  // one sequence, predictable text: all of it
+  CHECK_EQ(draft_budget(p, 0, 1.0, 0), 0);
+  // Non-increasing in the number of decoding sequences, at every acceptance, and nothing left
+  // once the step carries spec_rows decode rows.
+  for (double a : {1.0, 0.8, 0.5, 0.31, 0.2, 0.0})
+    for (int held : {0, 3, 8, 20}) {
+      int prev = draft_budget(p, 1, a, held);
+      for (int n = 2; n <= 40; n++) {
+        const int b = draft_budget(p, n, a, held);
+        check(b <= prev, "draft budget non-increasing in decoding sequences (n " + std::to_string(n) + ")");
+        check(b >= 0 && b <= p.draft_max, "draft budget within [0, draft_max]");
+        if (n >= p.spec_rows) CHECK_EQ(b, 0);
+        prev = b;
+      }
+    }
+  CHECK(draft_budget(p, 2, 1.0, 0) < p.draft_max);
+  CHECK(draft_budget(p, 4, 1.0, 0) > 0);
+  // Below the acceptance floor: nothing, except the one-token probe after probe_every steps.
+  for (int held = 0; held < p.probe_every; held++) CHECK_EQ(draft_budget(p, 1, 0.29, held), 0);
+  CHECK_EQ(draft_budget(p, 1, 0.29, p.probe_every), 1);
+  CHECK_EQ(draft_budget(p, 1, 0.0, 100), 1);
+  CHECK_EQ(draft_budget(p, p.spec_rows, 0.0, 100), 0);  // no probe where no rows are left
+  CHECK_EQ(draft_budget(p, 1, 0.3, 0), p.draft_max);  // at the floor, drafting goes on
+  // The acceptance estimate: a run of rejections takes it under the floor within a few steps, a
+  // run of acceptances back above it; steps without drafts leave it alone.
+  double a = 1.0;
+  int steps = 0;
+  while (a >= p.acceptance_floor) {
+    a = update_acceptance(a, 4, 0);
+    steps++;
+  }
+  CHECK(steps >= 2 && steps <= 5);
+  CHECK_EQ(update_acceptance(a, 0, 0), a);
+  for (int i = 0; i < 3; i++) a = update_acceptance(a, 1, 1);
+  CHECK(a >= p.acceptance_floor);
+  CHECK(update_acceptance(0.5, 4, 4) > 0.5 && update_acceptance(0.5, 4, 0) < 0.5);
+  DraftPolicy q = p;
+  q.draft_max = 3;
+  CHECK_EQ(draft_budget(q, 1, 1.0, 0), 3);
+}
+
 static double chi2(const std::vector<int>& counts, const std::vector<double>& p, int n) {
   double x = 0;
   for (size_t i = 0; i < p.size(); i++) {
@@ -193,6 +237,7 @@ int main() {
   test_plan_batch();
   test_draft_ngram();
   test_adapt_and_accept();
+  test_draft_budget();
   test_acceptance_distribution();
   TEST_MAIN_END();
 }

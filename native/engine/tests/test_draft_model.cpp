@@ -1,0 +1,164 @@
+// Speculative decoding with a draft model, on real models: the output with drafts from a second
+// model is the output without speculation, greedy token for token and seeded sampling too, over
+// several slots with continuous batching, slot reuse and max_tokens cutting drafts short.
+//
+// Pairs (from the fixture directory given): two random-weight models sharing one vocabulary
+// (drafts mostly rejected and rolled back in both models), and a model drafting for itself
+// (greedy drafts all accepted). Usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf].
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "../../gguf/gguf.h"
+#include "../../model/model.h"
+#include "../../tokenizer/tokenizer.h"
+#include "../../util/threadpool.h"
+#include "../scheduler.h"
+#include "../../util/tests/check.h"
+
+using namespace mb;
+
+namespace {
+
+struct Result {
+  bool done = false, error = false;
+  std::vector<int32_t> tokens;
+  std::string text, finish, message;
+  int draft_n = 0, draft_accepted = 0;
+};
+
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Result> res;
+  void sink(std::vector<EngineEvent>&& evs) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (auto& e : evs) {
+      Result& r = res[e.id];
+      if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
+      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.draft_n = e.draft_n; r.draft_accepted = e.draft_n_accepted; }
+      if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.message = e.message; }
+    }
+    cv.notify_all();
+  }
+  Result wait(uint64_t id) {
+    std::unique_lock<std::mutex> lk(mu);
+    const bool ok = cv.wait_for(lk, std::chrono::seconds(300), [&] { return res[id].done; });
+    CHECK(ok);
+    return res[id];
+  }
+};
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+constexpr int kSlots = 3, kCtx = 160, kRequests = 7;
+
+struct Run {
+  std::vector<Result> results;
+  SchedulerStats stats;
+};
+
+// Every request of the set, submitted at once (more requests than slots: slots are reused).
+Run run_all(const std::string& target, const std::string& draft, ThreadPool* pool, bool seeded) {
+  std::shared_ptr<GgufFile> f = GgufFile::open(target);
+  auto model = Model::load(f, kSlots, kCtx, pool, 64);
+  std::shared_ptr<const Tokenizer> tok(Tokenizer::from_gguf(*f));
+  std::unique_ptr<Model> dm;
+  std::shared_ptr<GgufFile> df;
+  if (!draft.empty()) {
+    df = GgufFile::open(draft);
+    dm = Model::load(df, kSlots, kCtx, pool, 64);
+  }
+  Collector c;
+  SchedulerOptions o;
+  o.n_slots = kSlots;
+  o.n_ctx = kCtx;
+  o.max_batch = 64;
+  o.spec_draft_max = 6;
+  Run out;
+  {
+    Scheduler s(std::move(model), std::move(dm), tok, o, [&](auto&& e) { c.sink(std::move(e)); });
+    const int V = tok->n_vocab();
+    const int lens[kRequests] = {9, 40, 3, 70, 17, 5, 120};
+    const int maxes[kRequests] = {30, 24, 1, 2, 37, 60, 39};  // 120 + 39 = the whole context
+    for (int i = 0; i < kRequests; i++) {
+      EngineRequest r;
+      r.id = uint64_t(i + 1);
+      // Prompts 2 and 5 share a prefix with 1 so that slots are reused from the middle.
+      for (int t = 0; t < lens[i]; t++) r.prompt.push_back(int32_t(((i % 3 == 1 ? 0 : i) * 131 + t * 7919 + 17) % V));
+      r.max_tokens = maxes[i];
+      if (seeded) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.top_k = 40;
+        r.sampling.has_seed = true;
+        r.sampling.seed = uint64_t(1000 + i);
+      }
+      s.submit(std::move(r));
+    }
+    for (int i = 0; i < kRequests; i++) out.results.push_back(c.wait(uint64_t(i + 1)));
+    out.stats = s.stats();
+  }
+  return out;
+}
+
+void check_pair(const std::string& target, const std::string& draft, ThreadPool* pool, bool self) {
+  for (bool seeded : {false, true}) {
+    const Run plain = run_all(target, "", pool, seeded);
+    const Run spec = run_all(target, draft, pool, seeded);
+    const std::string what = target + " drafted by " + draft + (seeded ? " (seeded sampling)" : " (greedy)");
+    int drafted = 0, accepted = 0;
+    for (int i = 0; i < kRequests; i++) {
+      const Result& a = plain.results[size_t(i)];
+      const Result& b = spec.results[size_t(i)];
+      check(!a.error && !b.error, what + ": request " + std::to_string(i + 1) + " ran: " + a.message + b.message);
+      check(a.tokens == b.tokens, what + ": request " + std::to_string(i + 1) + " tokens as without speculation");
+      check(a.text == b.text && a.finish == b.finish, what + ": request " + std::to_string(i + 1) + " text and finish");
+      CHECK_EQ(a.draft_n, 0);
+      drafted += b.draft_n;
+      accepted += b.draft_accepted;
+    }
+    CHECK(drafted > 0);
+    CHECK_EQ(int64_t(drafted), spec.stats.spec_draft_tokens);
+    CHECK_EQ(int64_t(accepted), spec.stats.spec_accepted_tokens);
+    CHECK(accepted <= drafted);
+    // A model drafting greedily for itself is right where the output is greedy too (drafts behind
+    // a sequence's last token are never reached, and counted as not kept).
+    if (self && !seeded) CHECK(accepted * 10 >= drafted * 9);
+    CHECK(spec.stats.steps < plain.stats.steps || !self || seeded);
+    std::printf("%s: %d drafted, %d accepted, steps %lld -> %lld\n", what.c_str(), drafted, accepted,
+                (long long)plain.stats.steps, (long long)spec.stats.steps);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf]\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  ThreadPool pool(2);
+  if (argc >= 4) {
+    check_pair(argv[2], argv[3], &pool, std::string(argv[2]) == argv[3]);
+    TEST_MAIN_END();
+  }
+  // Both SmolLM2's vocabulary (scripts/make_fixtures.py), different weights.
+  const std::string a = dir + "/llama-q8_0.gguf", b = dir + "/llama-q4_0.gguf";
+  if (!exists(a) || !exists(b)) {
+    std::fprintf(stderr, "test_draft_model: fixtures missing in %s (python3 scripts/make_fixtures.py %s)\n", dir.c_str(), dir.c_str());
+    return 1;
+  }
+  check_pair(a, b, &pool, false);
+  check_pair(b, b, &pool, true);
+  TEST_MAIN_END();
+}
