@@ -157,6 +157,19 @@ class TokenizeWorker : public Napi::AsyncWorker {
 
 class LoadWorker;
 
+// What the draft model's file and vocabulary alone rule out ("" = nothing): another vocabulary,
+// or less training context than the server runs.
+std::string draft_file_refusal(const mb::Tokenizer& target_tok, const mb::GgufFile& draft_file, const mb::Tokenizer& draft_tok,
+                               const std::string& target, const std::string& draft, int n_ctx) {
+  std::string why = mb::vocabulary_mismatch(target_tok, draft_tok, target, draft);
+  if (!why.empty()) return why;
+  const std::string arch = draft_file.get_str("general.architecture", "");
+  const int64_t trained = draft_file.get_int(arch + ".context_length", 0);
+  if (trained > 0 && trained < n_ctx)
+    return draft + " was trained on " + std::to_string(trained) + " tokens of context, less than --ctx " + std::to_string(n_ctx);
+  return "";
+}
+
 class Engine : public Napi::ObjectWrap<Engine> {
  public:
   static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -586,13 +599,8 @@ class LoadWorker : public Napi::AsyncWorker {
     } catch (const std::exception& e) {
       throw refuse(e.what());
     }
-    const std::string why = mb::vocabulary_mismatch(*l.tok, *tok);
-    if (!why.empty()) throw refuse(why + " (" + draft + " against " + target + ")");
-    const std::string arch = f->get_str("general.architecture", "");
-    const int64_t trained = f->get_int(arch + ".context_length", 0);
-    if (trained > 0 && trained < opts_.n_ctx)
-      throw refuse(draft + " was trained on " + std::to_string(trained) + " tokens of context, less than --ctx " +
-                   std::to_string(opts_.n_ctx));
+    const std::string why = draft_file_refusal(*l.tok, *f, *tok, target, draft, opts_.n_ctx);
+    if (!why.empty()) throw refuse(why);
     auto m = mb::Model::load(f, opts_.n_slots, opts_.n_ctx, l.pool.get(), opts_.max_batch, opts_.device);
     if (!m->kv_rewindable())
       throw refuse(draft + " (" + m->config().arch + ") cannot roll back its K/V, which drafting needs");
@@ -766,6 +774,28 @@ Napi::Value CheckGrammar(const Napi::CallbackInfo& info) {
   return fail(m.error(), Napi::Buffer<char>::Copy(env, input.data(), input.size()));
 }
 
+// checkDraft(model_path, draft_path, n_ctx, model_id, draft_id) -> null, or why the draft model
+// cannot draft for the model, from their headers and vocabularies alone (no weights read), so
+// `mashbox run --draft` refuses before it serves. The load checks this again, and rollback too.
+Napi::Value CheckDraft(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 5 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsString() || !info[4].IsString())
+    throw Napi::TypeError::New(env, "checkDraft(model_path, draft_path, n_ctx, model_id, draft_id)");
+  const std::string target = info[3].As<Napi::String>().Utf8Value(), draft = info[4].As<Napi::String>().Utf8Value();
+  std::string why;
+  try {
+    const auto tf = mb::GgufFile::open(info[0].As<Napi::String>().Utf8Value());
+    const auto df = mb::GgufFile::open(info[1].As<Napi::String>().Utf8Value());
+    const auto tt = mb::Tokenizer::from_gguf(*tf);
+    const auto dt = mb::Tokenizer::from_gguf(*df);
+    why = draft_file_refusal(*tt, *df, *dt, target, draft, info[2].As<Napi::Number>().Int32Value());
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (why.empty()) return env.Null();
+  return Napi::String::New(env, "--draft " + draft + " cannot draft for " + target + ": " + why);
+}
+
 #ifdef MB_HAVE_CUDA
 // What the CUDA runtime sees, for `--device cuda`'s start-up check: {count, error, name, cc,
 // total_bytes, free_bytes}. count 0 with error naming why (no driver, too old, no device).
@@ -812,6 +842,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setMaxSegment", Napi::Function::New(env, SetMaxSegment, "setMaxSegment"));
   exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
   exports.Set("ggufContext", Napi::Function::New(env, GgufContext, "ggufContext"));
+  exports.Set("checkDraft", Napi::Function::New(env, CheckDraft, "checkDraft"));
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
   exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));

@@ -10,7 +10,9 @@ class Tokenizer;
 
 // "" when the two vocabularies agree: the same size, the same text for every token, the same
 // BOS, EOS, end-of-generation and control tokens, the same add-BOS rule. Otherwise the first
-// difference, e.g. "their vocabularies differ in size (49152 tokens against 151936)".
-std::string vocabulary_mismatch(const Tokenizer& target, const Tokenizer& draft);
+// difference, naming the models as given, e.g. "their vocabularies differ in size (49152 tokens
+// in smollm2-135m, 151936 in qwen2.5-coder-0.5b)".
+std::string vocabulary_mismatch(const Tokenizer& target, const Tokenizer& draft, const std::string& target_name,
+                                const std::string& draft_name);
 
 }  // namespace mb

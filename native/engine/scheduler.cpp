@@ -43,6 +43,14 @@ static constexpr size_t kMinCopyTokens = 16;
 // Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
 static constexpr int kSpecRows = 16;
 
+// Multiply-adds of one token through every layer and the output head: what a decode step reads
+// of the weights, and so (memory-bound) what it costs, up to a factor that two models share.
+static double token_macs(const ModelConfig& c) {
+  const double q = double(c.n_head) * c.head_dim, kv = double(c.n_head_kv) * c.head_dim;
+  const double layer = c.n_embd * (2 * q + 2 * kv) + 3.0 * c.n_embd * c.n_ff * std::max(1, c.n_expert_used);
+  return c.n_layer * layer + double(c.n_embd) * c.n_vocab;
+}
+
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -81,7 +89,11 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_
   rewindable_ = model_->kv_rewindable();
   const bool spec = opts_.spec_ngram || draft_model_;
   logits_.resize((size_t(opts_.n_slots) + size_t(spec ? kSpecRows : 0)) * size_t(n_vocab_));
-  if (draft_model_) draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+  if (draft_model_) {
+    draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+    const double t = token_macs(model_->config()), d = token_macs(draft_model_->config());
+    draft_cost_ = t > 0 && d > 0 ? d / t : 1.0;
+  }
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
@@ -396,6 +408,7 @@ void Scheduler::draft(int n_decoding) {
   DraftPolicy policy;
   policy.draft_max = opts_.spec_draft_max;
   policy.spec_rows = kSpecRows;
+  policy.draft_cost = draft_model_ ? draft_cost_ : 0.0;
   const bool on = (opts_.spec_ngram || draft_model_) && rewindable_;
   std::vector<int32_t> hist;
   std::vector<std::pair<Seq*, int>> by_model;  // sequences the draft model continues, and how far

@@ -187,6 +187,7 @@ class Scheduler {
   std::vector<Slot> slots_;                     // [S]
   std::vector<float> logits_;                   // [S + spec rows, V] (one wanted row per sequence, plus drafts)
   std::vector<float> draft_logits_;             // [S, V] the draft model's one row per drafting sequence
+  double draft_cost_ = 0;                       // a draft model's token against the model's (DraftPolicy)
   bool rewindable_ = true;                      // Model::kv_rewindable: drafts can be rolled back
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off

@@ -108,7 +108,20 @@ int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int he
   if (n_decoding < 1) return 0;
   const int share = std::max(0, std::min(p.draft_max, (p.spec_rows - n_decoding) / n_decoding));
   if (acceptance < p.acceptance_floor) return held_back >= p.probe_every ? std::min(1, share) : 0;
-  return share;
+  if (p.draft_cost <= 0 || share <= 1) return share;
+  // An acceptance of 1 would make every length pay; the estimate is never that sure.
+  const double a = std::min(acceptance, 0.95);
+  int best = 1;
+  double best_rate = 0, ak = a;  // ak = a^(k+1)
+  for (int k = 1; k <= share; k++) {
+    ak *= a;
+    const double rate = (1 - ak) / (1 - a) / (1 + k * p.draft_cost);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
 }
 
 double update_acceptance(double acceptance, int drafted, int accepted) {

@@ -86,11 +86,15 @@ int adapt_draft(int cur, int drafted, int accepted, int max);
 // A sequence whose recent acceptance (update_acceptance) is below acceptance_floor mostly loses
 // its rows to verification it would waste; it drafts nothing, except one token every
 // probe_every-th step it is held back, so that a turn back to predictable text is noticed.
+// Drafts that cost a forward pass each (a draft model) are worth only as many as pay for
+// themselves: of the lengths the share allows, the one with the most tokens expected per unit of
+// cost, a length k yielding (1 - a^(k+1)) / (1 - a) tokens at acceptance a for 1 + k * draft_cost.
 struct DraftPolicy {
   int draft_max = 8;              // SchedulerOptions::spec_draft_max
   int spec_rows = 16;             // draft rows a step may carry at one decoding sequence, plus one
   double acceptance_floor = 0.3;  // below this, no drafts but the probe
   int probe_every = 8;            // steps held back between two probes
+  double draft_cost = 0;          // one draft token against one step of the model (0: n-gram, free)
 };
 // held_back: steps in a row this sequence drafted nothing because of its acceptance.
 int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int held_back);

@@ -165,6 +165,21 @@ static void test_draft_budget() {
   DraftPolicy q = p;
   q.draft_max = 3;
   CHECK_EQ(draft_budget(q, 1, 1.0, 0), 3);
+  // Drafts that cost (a draft model a third of the model's size): shorter, the lower the
+  // acceptance; long at high acceptance; still non-increasing in decoding sequences.
+  DraftPolicy m = p;
+  m.draft_cost = 0.32;
+  CHECK_EQ(draft_budget(m, 1, 0.8, 0), 3);  // 2.95 tokens for 1.96 beats 2.44 / 1.64 and 3.36 / 2.28
+  CHECK(draft_budget(m, 1, 1.0, 0) >= 6);
+  CHECK(draft_budget(m, 1, 0.5, 0) <= 2 && draft_budget(m, 1, 0.5, 0) >= 1);
+  int prev = p.draft_max;
+  for (double a : {1.0, 0.9, 0.8, 0.6, 0.4, 0.3}) {
+    const int b = draft_budget(m, 1, a, 0);
+    check(b <= prev && b >= 1, "costly drafts: shorter as acceptance falls");
+    prev = b;
+  }
+  for (int n = 2; n <= 20; n++) CHECK(draft_budget(m, n, 0.9, 0) <= draft_budget(m, n - 1, 0.9, 0));
+  CHECK_EQ(draft_budget(m, 1, 0.2, 0), 0);
 }
 
 static double chi2(const std::vector<int>& counts, const std::vector<double>& p, int n) {
