@@ -43,13 +43,10 @@ static constexpr size_t kMinCopyTokens = 16;
 // Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
 static constexpr int kSpecRows = 16;
 
-// Multiply-adds of one token through every layer and the output head: what a decode step reads
-// of the weights, and so (memory-bound) what it costs, up to a factor that two models share.
-static double token_macs(const ModelConfig& c) {
-  const double q = double(c.n_head) * c.head_dim, kv = double(c.n_head_kv) * c.head_dim;
-  const double layer = c.n_embd * (2 * q + 2 * kv) + 3.0 * c.n_embd * c.n_ff * std::max(1, c.n_expert_used);
-  return c.n_layer * layer + double(c.n_embd) * c.n_vocab;
-}
+// Weight of the newest measurement in the step-cost averages.
+static constexpr double kCostEma = 0.2;
+
+static double ema(double avg, double x) { return avg > 0 ? (1 - kCostEma) * avg + kCostEma * x : x; }
 
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -89,11 +86,8 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_
   rewindable_ = model_->kv_rewindable();
   const bool spec = opts_.spec_ngram || draft_model_;
   logits_.resize((size_t(opts_.n_slots) + size_t(spec ? kSpecRows : 0)) * size_t(n_vocab_));
-  if (draft_model_) {
-    draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
-    const double t = token_macs(model_->config()), d = token_macs(draft_model_->config());
-    draft_cost_ = t > 0 && d > 0 ? d / t : 1.0;
-  }
+  if (draft_model_) draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+  step_ms_.assign(size_t(opts_.n_slots + kSpecRows + 1), 0.0);
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
@@ -408,7 +402,9 @@ void Scheduler::draft(int n_decoding) {
   DraftPolicy policy;
   policy.draft_max = opts_.spec_draft_max;
   policy.spec_rows = kSpecRows;
-  policy.draft_cost = draft_model_ ? draft_cost_ : 0.0;
+  policy.step_cost = step_ms_;
+  // Until a draft forward is measured it counts as free, so that the first drafts measure it.
+  policy.draft_forward_cost = draft_model_ ? draft_forward_ms_ : 0.0;
   const bool on = (opts_.spec_ngram || draft_model_) && rewindable_;
   std::vector<int32_t> hist;
   std::vector<std::pair<Seq*, int>> by_model;  // sequences the draft model continues, and how far
@@ -473,7 +469,10 @@ void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) 
       }
       next_pos[j] = int32_t(h);
     }
+    auto t0 = Clock::now();
     draft_model_->forward(b, draft_logits_.data());
+    // A catch-up of a whole prompt is a prefill, not what a draft position costs.
+    if (b.token.size() <= 4 * want.size()) draft_forward_ms_ = ema(draft_forward_ms_, ms_between(t0, Clock::now()));
     for (size_t j = 0; j < want.size(); j++) want[j].first->draft.push_back(argmax(draft_logits_.data() + j * size_t(V)));
     for (int k = 1;; k++) {
       Batch d;
@@ -489,7 +488,9 @@ void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) 
         rows.push_back(&s);
       }
       if (rows.empty()) break;
+      t0 = Clock::now();
       draft_model_->forward(d, draft_logits_.data());
+      draft_forward_ms_ = ema(draft_forward_ms_, ms_between(t0, Clock::now()));
       for (size_t r = 0; r < rows.size(); r++) rows[r]->draft.push_back(argmax(draft_logits_.data() + r * size_t(V)));
     }
   } catch (const std::exception& e) {
@@ -564,6 +565,10 @@ bool Scheduler::run(const Batch& b, std::vector<EngineEvent>& out) {
     running_.clear();
     return false;
   }
+}
+
+void Scheduler::note_step_ms(int rows, double ms) {
+  if (rows > 0 && size_t(rows) < step_ms_.size()) step_ms_[size_t(rows)] = ema(step_ms_[size_t(rows)], ms);
 }
 
 // Phase 5a: draw the next token of s from its logits row, under its grammar; a lazy grammar's
@@ -735,7 +740,11 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
   const BatchPlan plan = plan_batch(work, opts_.max_batch, attention_depth_unit_);
   if (plan.rows == 0) return;
   const Batch b = build_batch(plan, seqs);
+  const auto t0 = Clock::now();
   if (!run(b, out)) return;
+  bool decode_only = true;
+  for (const BatchPart& part : plan.parts) decode_only = decode_only && part.decode;
+  if (decode_only) note_step_ms(plan.rows, ms_between(t0, Clock::now()));
   // State points whose prefill is complete go to the host cache now: the slot may be serving
   // someone else by the time a new session of this client arrives.
   if (cache_)

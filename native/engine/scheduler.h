@@ -155,6 +155,7 @@ class Scheduler {
   void trim_draft_kv(int slot);
   Batch build_batch(const BatchPlan& plan, const std::vector<Seq*>& seqs);
   bool run(const Batch& b, std::vector<EngineEvent>& out);
+  void note_step_ms(int rows, double ms);
   int32_t sample_row(Seq& s, float* row, std::vector<EngineEvent>& out);
   bool emit(Seq& s, int32_t tok, size_t held, Clock::time_point now, std::vector<EngineEvent>& out);
   void process_outputs(const BatchPlan& plan, const std::vector<Seq*>& seqs, std::vector<EngineEvent>& out);
@@ -187,7 +188,10 @@ class Scheduler {
   std::vector<Slot> slots_;                     // [S]
   std::vector<float> logits_;                   // [S + spec rows, V] (one wanted row per sequence, plus drafts)
   std::vector<float> draft_logits_;             // [S, V] the draft model's one row per drafting sequence
-  double draft_cost_ = 0;                       // a draft model's token against the model's (DraftPolicy)
+  // What steps cost, measured (DraftPolicy): ms of a decode-only step by rows ([S + kSpecRows + 1],
+  // 0 = none yet), and of one draft model forward. Averages, so drafting follows the machine's load.
+  std::vector<double> step_ms_;
+  double draft_forward_ms_ = 0;
   bool rewindable_ = true;                      // Model::kv_rewindable: drafts can be rolled back
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off

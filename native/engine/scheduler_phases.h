@@ -86,17 +86,28 @@ int adapt_draft(int cur, int drafted, int accepted, int max);
 // A sequence whose recent acceptance (update_acceptance) is below acceptance_floor mostly loses
 // its rows to verification it would waste; it drafts nothing, except one token every
 // probe_every-th step it is held back, so that a turn back to predictable text is noticed.
-// Drafts that cost a forward pass each (a draft model) are worth only as many as pay for
-// themselves: of the lengths the share allows, the one with the most tokens expected per unit of
-// cost, a length k yielding (1 - a^(k+1)) / (1 - a) tokens at acceptance a for 1 + k * draft_cost.
+// Within its share, a sequence drafts only as far as pays: at n decoding sequences a plain step
+// yields n tokens for step_cost(n); k drafts at acceptance a yield n - 1 + (1 - a^(k+1)) / (1 - a)
+// for step_cost(n + k) plus k draft forwards (a draft model's, shared by the n sequences). The
+// length with the most tokens per cost wins; none when no length beats the plain step (the
+// verification rows or the draft model cost more than they bring), but a rarer probe.
 struct DraftPolicy {
   int draft_max = 8;              // SchedulerOptions::spec_draft_max
   int spec_rows = 16;             // draft rows a step may carry at one decoding sequence, plus one
   double acceptance_floor = 0.3;  // below this, no drafts but the probe
   int probe_every = 8;            // steps held back between two probes
-  double draft_cost = 0;          // one draft token against one step of the model (0: n-gram, free)
+  int cost_probe_factor = 8;      // ... times this when it is the costs that hold drafts back
+  // Measured cost (any unit, e.g. ms) of a decode-only step of the model by its rows:
+  // step_cost[r] for r rows, 0 = not measured. An unmeasured size costs what the nearest measured
+  // sizes around it say (linearly), or the largest smaller one (so rows no step has carried yet
+  // look free, and get tried); empty: every step costs the same. With a step_cost, no drafts
+  // until the plain step of n_decoding rows is measured.
+  std::vector<double> step_cost;
+  double draft_forward_cost = 0;  // one draft model forward, same unit (0: n-gram drafts, free)
 };
-// held_back: steps in a row this sequence drafted nothing because of its acceptance.
+// The cost of a step of `rows` rows as DraftPolicy::step_cost says it.
+double step_cost_at(const DraftPolicy& p, int rows);
+// held_back: steps in a row this sequence drafted nothing.
 int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int held_back);
 
 // The recent acceptance after a verification that kept `accepted` of `drafted` tokens: an

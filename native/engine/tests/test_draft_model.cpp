@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
+#include <thread>
 #include <vector>
 
 #include "../../gguf/gguf.h"
@@ -55,6 +56,31 @@ struct Collector {
   }
 };
 
+// The target as a model many times the draft's size would be: each step takes 10 ms more
+// whatever its rows (decode bound by reading weights). Drafting pays then, so the scheduler's
+// cost-weighed draft budget drafts long, and the accept and rollback paths get exercised.
+class HeavyModel : public Model {
+ public:
+  explicit HeavyModel(std::unique_ptr<Model> m) : m_(std::move(m)) {}
+  const ModelConfig& config() const override { return m_->config(); }
+  void forward(const Batch& b, float* out) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m_->forward(b, out);
+  }
+  void kv_truncate(int slot, int pos) override { m_->kv_truncate(slot, pos); }
+  void kv_copy(int src, int dst, int n) override { m_->kv_copy(src, dst, n); }
+  int kv_reusable(int slot, int n) const override { return m_->kv_reusable(slot, n); }
+  bool kv_rewindable() const override { return m_->kv_rewindable(); }
+  size_t kv_bytes() const override { return m_->kv_bytes(); }
+  size_t kv_token_bytes() const override { return m_->kv_token_bytes(); }
+  std::string kv_type() const override { return m_->kv_type(); }
+  void kv_read(int slot, int pos, int n, uint8_t* dst) const override { m_->kv_read(slot, pos, n, dst); }
+  void kv_write(int slot, int pos, int n, const uint8_t* src) override { m_->kv_write(slot, pos, n, src); }
+
+ private:
+  std::unique_ptr<Model> m_;
+};
+
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
@@ -77,6 +103,7 @@ Run run_all(const std::string& target, const std::string& draft, ThreadPool* poo
   if (!draft.empty()) {
     df = GgufFile::open(draft);
     dm = Model::load(df, kSlots, kCtx, pool, 64);
+    model = std::make_unique<HeavyModel>(std::move(model));
   }
   Collector c;
   SchedulerOptions o;
