@@ -43,10 +43,13 @@ static constexpr size_t kMinCopyTokens = 16;
 // Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
 static constexpr int kSpecRows = 16;
 
-// Weight of the newest measurement in the step-cost averages.
-static constexpr double kCostEma = 0.2;
-
-static double ema(double avg, double x) { return avg > 0 ? (1 - kCostEma) * avg + kCostEma * x : x; }
+// The step-cost averages follow a lower reading fast and a higher one slowly: being preempted
+// (a shared machine, a busy page cache) only ever adds time, so the low readings are the closer
+// to what a step of that size costs, and one slow step must not stop drafting for long.
+static double ema(double avg, double x) {
+  if (avg <= 0) return x;
+  return x < avg ? 0.5 * avg + 0.5 * x : 0.9 * avg + 0.1 * x;
+}
 
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
