@@ -4,7 +4,8 @@
 //
 // Pairs (from the fixture directory given): two random-weight models sharing one vocabulary
 // (drafts mostly rejected and rolled back in both models), and a model drafting for itself
-// (greedy drafts all accepted). Usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf].
+// (greedy drafts all accepted). And vocabulary_mismatch, the load check of a pair, on each
+// difference it names. Usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf].
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "../../model/model.h"
 #include "../../tokenizer/tokenizer.h"
 #include "../../util/threadpool.h"
+#include "../draft_check.h"
 #include "../scheduler.h"
 #include "../../util/tests/check.h"
 
@@ -166,9 +168,52 @@ void check_pair(const std::string& target, const std::string& draft, ThreadPool*
   }
 }
 
+// A vocabulary of n tokens "t0".."t{n-1}", with settable specials, for vocabulary_mismatch.
+class ListTok : public Tokenizer {
+ public:
+  explicit ListTok(int n) : n_(n) {}
+  std::vector<int32_t> encode(std::string_view, bool, bool) const override { return {}; }
+  std::string piece(int32_t id, bool) const override { return token_text(id); }
+  int32_t n_vocab() const override { return n_; }
+  int32_t bos() const override { return bos_; }
+  int32_t eos() const override { return eos_; }
+  bool is_eog(int32_t id) const override { return id == eos_ || id == eot_; }
+  std::string token_text(int32_t id) const override { return id == renamed_ ? "other" : "t" + std::to_string(id); }
+  std::vector<int32_t> control_ids() const override { return controls_; }
+  bool adds_bos() const override { return adds_bos_; }
+  int n_, bos_ = 0, eos_ = 1, eot_ = -1, renamed_ = -1;
+  bool adds_bos_ = true;
+  std::vector<int32_t> controls_{0, 1};
+};
+
+void test_vocabulary_mismatch() {
+  ListTok a(100), b(100);
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string());
+  ListTok c(90);
+  CHECK_EQ(vocabulary_mismatch(a, c, "big", "small"), std::string("their vocabularies differ in size (90 tokens in small, 100 in big)"));
+  b.renamed_ = 42;
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string("their vocabularies differ at token 42 ('other' in small, 't42' in big)"));
+  b.renamed_ = -1;
+  b.bos_ = 2;
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string("their BOS tokens differ (2 't2' in small, 0 't0' in big)"));
+  b.bos_ = 0;
+  b.eos_ = 3;
+  CHECK(vocabulary_mismatch(a, b, "big", "small").find("their EOS tokens differ") == 0);
+  b.eos_ = 1;
+  b.adds_bos_ = false;
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string("big starts prompts with BOS and small does not"));
+  b.adds_bos_ = true;
+  b.eot_ = 7;
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string("token 7 't7' ends generation in small only"));
+  b.eot_ = -1;
+  b.controls_ = {0, 1, 5};
+  CHECK_EQ(vocabulary_mismatch(a, b, "big", "small"), std::string("their control (special) tokens differ"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  test_vocabulary_mismatch();
   if (argc < 2) {
     std::fprintf(stderr, "usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf]\n");
     return 2;
