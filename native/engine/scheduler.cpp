@@ -42,6 +42,8 @@ struct Scheduler::Seq {
 static constexpr size_t kMinCopyTokens = 16;
 // Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
 static constexpr int kSpecRows = 16;
+// History tokens a sequence's draft model slot catches up on per step, at most.
+static constexpr size_t kDraftCatchUp = 128;
 
 // The step-cost averages follow a lower reading fast and a higher one slowly: being preempted
 // (a shared machine, a busy page cache) only ever adds time, so the low readings are the closer
@@ -437,8 +439,8 @@ void Scheduler::draft(int n_decoding) {
 
 // Greedy drafts from the draft model, batched across sequences: first one forward that brings
 // each slot of the draft model up to its sequence's history (the target's slot tokens and the
-// pending token; usually just those two, the whole prompt after admission) and gives the first
-// draft token, then one forward per further draft position for every sequence still drafting.
+// pending token; usually just those two, a new prompt kDraftCatchUp tokens a step) and gives the
+// first draft token, then one forward per further draft position for every sequence still drafting.
 // A greedy draft is a point mass, so accepted_prefix's rule keeps the output exactly the same.
 void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) {
   const int V = n_vocab_;
@@ -450,7 +452,9 @@ void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) 
   };
   try {
     Batch b;
-    std::vector<int32_t> next_pos(want.size());  // where each sequence's next draft token goes
+    // The sequences that draft this step and how far, and where each one's next draft token goes.
+    std::vector<std::pair<Seq*, int>> drafting;
+    std::vector<int32_t> next_pos;
     for (size_t j = 0; j < want.size(); j++) {
       Seq& s = *want[j].first;
       Slot& sl = slots_[s.slot];
@@ -463,26 +467,31 @@ void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) 
       keep = size_t(draft_model_->kv_reusable(s.slot, int(keep)));
       draft_model_->kv_truncate(s.slot, int(keep));
       sl.draft_cached.resize(keep);
-      for (size_t i = keep; i < h; i++) {
+      // A long way behind (a new prompt): catch up a chunk a step, as prefill rides along with
+      // decode, and draft once caught up, so no step stalls on a whole prompt.
+      const size_t end = std::min(h, keep + kDraftCatchUp);
+      for (size_t i = keep; i < end; i++) {
         b.token.push_back(at(i));
         b.pos.push_back(int32_t(i));
         b.slot.push_back(s.slot);
         b.logits.push_back(i + 1 == h ? 1 : 0);
         sl.draft_cached.push_back(at(i));
       }
-      next_pos[j] = int32_t(h);
+      if (end < h) continue;
+      drafting.push_back(want[j]);
+      next_pos.push_back(int32_t(h));
     }
     auto t0 = Clock::now();
     draft_model_->forward(b, draft_logits_.data());
     // A catch-up of a whole prompt is a prefill, not what a draft position costs.
     if (b.token.size() <= 4 * want.size()) draft_forward_ms_ = ema(draft_forward_ms_, ms_between(t0, Clock::now()));
-    for (size_t j = 0; j < want.size(); j++) want[j].first->draft.push_back(argmax(draft_logits_.data() + j * size_t(V)));
+    for (size_t j = 0; j < drafting.size(); j++) drafting[j].first->draft.push_back(argmax(draft_logits_.data() + j * size_t(V)));
     for (int k = 1;; k++) {
       Batch d;
       std::vector<Seq*> rows;
-      for (size_t j = 0; j < want.size(); j++) {
-        Seq& s = *want[j].first;
-        if (want[j].second <= k) continue;
+      for (size_t j = 0; j < drafting.size(); j++) {
+        Seq& s = *drafting[j].first;
+        if (drafting[j].second <= k) continue;
         d.token.push_back(s.draft.back());
         d.pos.push_back(next_pos[j]++);
         d.slot.push_back(s.slot);
