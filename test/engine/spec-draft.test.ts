@@ -2,14 +2,16 @@
 // models: qwen2.5-coder-1.5b drafted by qwen2.5-coder-0.5b (both from the registry, in
 // ~/.cache/mashbox), or two fixture models of one vocabulary where those are not pulled. Greedy
 // output is token for token that of plain decoding, in the addon (token ids) and through the
-// worker (text, usage, timings); a draft model of another vocabulary is refused at load with a
-// message naming both models.
+// worker (text, usage, timings); health and /v1/models name the mode and the draft model; a
+// draft model of another vocabulary is refused at load, and by `mashbox run` before it serves,
+// with a message naming both models.
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
 import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions } from "../../src/engine/native.js";
 import type { GenerationEvent, GenerationRequest, SamplingParams } from "../../src/engine/types.js";
+import { defaultModelPath, startTestServer } from "../helpers/server.js";
 
 const MODELS = `${process.env.HOME}/.cache/mashbox/models`;
 const QWEN_15 = `${MODELS}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`;
@@ -116,6 +118,22 @@ describe("speculative decoding with a draft model", function () {
       expect(b.done.timings.draft_n_accepted!).to.be.at.most(b.done.timings.draft_n!);
       expect(on.stats().spec_draft_tokens).to.equal(b.done.timings.draft_n);
     });
+  });
+
+  it("health and /v1/models say which speculation runs and the draft model's id (HTTP)", async () => {
+    const model = defaultModelPath();
+    const get = async (url: string) => (await (await fetch(url)).json()) as Record<string, any>;
+    const drafted = await startTestServer({ model_path: model, slots: 1, ctx: 128, engine_options: { spec: "draft", draft_model_path: model, draft_model_id: "self-draft" } });
+    const plain = await startTestServer({ model_path: model, slots: 1, ctx: 128 });
+    try {
+      const h = await get(`${drafted.url}/v1/health`);
+      expect(h).to.include({ status: "ok", spec: "draft", draft_model: "self-draft" });
+      expect((await get(`${drafted.url}/v1/models`)).data[0]).to.include({ spec: "draft", draft_model: "self-draft" });
+      expect(await get(`${plain.url}/v1/health`)).to.include({ status: "ok", spec: "off", draft_model: null });
+      expect((await get(`${plain.url}/v1/models`)).data[0]).to.include({ spec: "off", draft_model: null });
+    } finally {
+      await Promise.all([drafted.close(), plain.close()]);
+    }
   });
 
   it("a draft model of another vocabulary is refused at load, naming both models", async function () {
