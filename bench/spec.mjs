@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Speculative decoding by n-gram lookup (--spec ngram) against plain decoding, through the addon,
-// on one GGUF, greedy, alternating round by round (off, ngram, off, ngram, ...). Workloads:
+// Speculative decoding by n-gram lookup (--spec ngram), and with --draft by a draft model (--spec
+// draft), against plain decoding, through the addon, on one GGUF, greedy, alternating round by
+// round (off, ngram, draft, off, ngram, draft, ...). Workloads:
 //   - rename: ask the model to rename one variable in a 20-line function and return the function
 //     (issue 23's code-edit turn: most of the answer repeats the prompt);
 //   - prose: a short story, which the prompt cannot predict.
@@ -13,6 +14,8 @@
 //   --model PATH   (default ~/.cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)
 //   --rounds N     (default 3)   --threads N (default: all cores)   --tokens N (default 256)
 //   --draft-max N  (default 8)    --streams N (default 4; 0 skips)
+//   --draft PATH   a draft model GGUF of the same vocabulary: adds the draft column
+//   --workloads a,b  (default rename,prose)
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism, homedir, loadavg } from "node:os";
@@ -29,6 +32,8 @@ const { values: a } = parseArgs({
     tokens: { type: "string" },
     "draft-max": { type: "string" },
     streams: { type: "string" },
+    draft: { type: "string" },
+    workloads: { type: "string" },
   },
 });
 const MODEL = a.model ?? join(homedir(), ".cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
@@ -37,6 +42,9 @@ const THREADS = Number(a.threads ?? availableParallelism());
 const TOKENS = Number(a.tokens ?? 256);
 const DRAFT_MAX = Number(a["draft-max"] ?? 8);
 const STREAMS = Number(a.streams ?? 4);
+const DRAFT = a.draft;
+const MODES = DRAFT ? ["off", "ngram", "draft"] : ["off", "ngram"];
+const SPEC = MODES.slice(1);
 
 const FUNCTION = `function summarize(orders) {
   let total = 0;
@@ -63,16 +71,19 @@ const WORKLOADS = {
   rename: chatml(`Rename the variable \`total\` to \`revenue\` in this function and return the whole function, nothing else.\n\n\`\`\`js\n${FUNCTION}\n\`\`\``),
   prose: chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
 };
+for (const w of Object.keys(WORKLOADS)) if (a.workloads && !a.workloads.split(",").includes(w)) delete WORKLOADS[w];
 
 const addonPath = process.env.MASHBOX_NATIVE_ADDON ?? resolve(root, "native/build/binding/mashbox_native.node");
 if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run npm run build:native`);
 if (!existsSync(MODEL)) throw new Error(`model missing at ${MODEL}`);
+if (DRAFT && !existsSync(DRAFT)) throw new Error(`draft model missing at ${DRAFT}`);
 const addon = createRequire(import.meta.url)(addonPath);
 
 async function open(spec) {
   const engine = new addon.Engine();
   const runs = new Map();
-  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX }, (evs) => {
+  const draft = spec === "draft" ? { draft_model_path: DRAFT } : {};
+  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX, ...draft }, (evs) => {
     for (const e of evs) {
       const r = runs.get(e.id);
       if (!r) continue;
@@ -100,45 +111,49 @@ const rate = (times) => (times.length > 1 ? ((times.length - 1) * 1000) / (times
 const f1 = (x) => (Number.isFinite(x) ? x.toFixed(1) : "-");
 const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
-console.log(`spec bench: ${MODEL}, ${THREADS} threads, ${TOKENS} tokens max, draft max ${DRAFT_MAX}, ${ROUNDS} rounds`);
-const engines = { off: await open("off"), ngram: await open("ngram") };
+console.log(`spec bench: ${MODEL}${DRAFT ? ` drafted by ${DRAFT}` : ""}, ${THREADS} threads, ${TOKENS} tokens max, draft max ${DRAFT_MAX}, ${ROUNDS} rounds`);
+const engines = {};
+for (const m of MODES) engines[m] = await open(m);
 for (const e of Object.values(engines)) await e.run(e.tok("Hello"), 4); // page the weights in
 const results = {};
 for (const [name, text] of Object.entries(WORKLOADS)) {
-  results[name] = { off: [], ngram: [], drafted: 0, accepted: 0, same: true, n: 0 };
+  results[name] = { off: [], ngram: [], draft: [], drafted: { ngram: 0, draft: 0 }, accepted: { ngram: 0, draft: 0 }, same: true, n: 0 };
   let ref = null;
   for (let round = 0; round < ROUNDS; round++) {
-    for (const mode of ["off", "ngram"]) {
+    for (const mode of MODES) {
       const e = engines[mode];
       const { done, times, tokens } = await e.run(e.tok(text), TOKENS);
       if (done.type === "error") throw new Error(`${name} ${mode}: ${done.message}`);
       const r = rate(times);
       results[name][mode].push(r);
-      if (mode === "ngram") {
-        results[name].drafted += done.draft_n;
-        results[name].accepted += done.draft_n_accepted;
+      if (mode !== "off") {
+        results[name].drafted[mode] += done.draft_n;
+        results[name].accepted[mode] += done.draft_n_accepted;
       }
       if (ref === null) ref = tokens.join(",");
       else if (tokens.join(",") !== ref) results[name].same = false;
       results[name].n = tokens.length;
       console.log(`  [${round}] ${name.padEnd(6)} ${mode.padEnd(5)} ${f1(r)} tok/s, ${tokens.length} tokens` +
-        (mode === "ngram" ? `, ${done.draft_n} drafted, ${done.draft_n_accepted} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+        (mode !== "off" ? `, ${done.draft_n} drafted, ${done.draft_n_accepted} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
     }
   }
 }
-console.log("\nworkload  tokens  off tok/s  ngram tok/s  speedup  acceptance  identical");
+console.log(`\nworkload  tokens  off tok/s  ${SPEC.map((m) => `${m} tok/s  speedup  acceptance`).join("  ")}  identical`);
 for (const [name, r] of Object.entries(results)) {
-  const off = median(r.off), on = median(r.ngram);
-  console.log(`${name.padEnd(9)} ${String(r.n).padStart(6)}  ${f1(off).padStart(9)}  ${f1(on).padStart(11)}  ${(on / off).toFixed(2).padStart(6)}x  ` +
-    `${r.drafted ? ((100 * r.accepted) / r.drafted).toFixed(0) : "-"}% of ${r.drafted}`.padEnd(12) + `  ${r.same ? "yes" : "NO"}`);
+  const off = median(r.off);
+  const cols = SPEC.map((m) => {
+    const on = median(r[m]), d = r.drafted[m], k = r.accepted[m];
+    return `${f1(on).padStart(5 + m.length)}  ${(on / off).toFixed(2).padStart(6)}x  ` + `${d ? ((100 * k) / d).toFixed(0) : "-"}% of ${d}`.padEnd(10);
+  });
+  console.log(`${name.padEnd(9)} ${String(r.n).padStart(6)}  ${f1(off).padStart(9)}  ${cols.join("  ")}  ${r.same ? "yes" : "NO"}`);
 }
 if (STREAMS > 0) {
   const topics = ["a lighthouse keeper", "a lost robot", "a baker in Paris", "a mountain village", "a time traveller", "a river"];
-  const agg = { off: [], ngram: [] };
+  const agg = { off: [], ngram: [], draft: [] };
   let same = true;
   for (let round = 0; round < ROUNDS; round++) {
     const texts = {};
-    for (const mode of ["off", "ngram"]) {
+    for (const mode of MODES) {
       const e = engines[mode];
       const prompts = Array.from({ length: STREAMS }, (_, i) => e.tok(chatml(`Write a short story about ${topics[i % topics.length]}.`)));
       const t0 = performance.now();
@@ -151,12 +166,13 @@ if (STREAMS > 0) {
       texts[mode] = outs.map((o) => o.tokens.join(",")).join("|");
       const d = outs.reduce((k, o) => k + o.done.draft_n, 0), acc = outs.reduce((k, o) => k + o.done.draft_n_accepted, 0);
       console.log(`  [${round}] ${STREAMS} streams ${mode.padEnd(5)} ${f1(r)} tok/s aggregate (${f1(performance.now() - t0)} ms)` +
-        (mode === "ngram" ? `, ${d} drafted, ${acc} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+        (mode !== "off" ? `, ${d} drafted, ${acc} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
     }
-    if (texts.off !== texts.ngram) same = false;
+    if (SPEC.some((m) => texts[m] !== texts.off)) same = false;
   }
-  const off = median(agg.off), on = median(agg.ngram);
-  console.log(`${STREAMS} streams: off ${f1(off)} tok/s, ngram ${f1(on)} tok/s aggregate, ${(on / off).toFixed(2)}x, identical ${same ? "yes" : "NO"}`);
+  const off = median(agg.off);
+  const cols = SPEC.map((m) => `${m} ${f1(median(agg[m]))} tok/s (${(median(agg[m]) / off).toFixed(2)}x)`);
+  console.log(`${STREAMS} streams: off ${f1(off)} tok/s, ${cols.join(", ")} aggregate, identical ${same ? "yes" : "NO"}`);
   if (!same) results.streams = { same: false };
 }
 console.log(`(medians over ${ROUNDS} rounds; load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);

@@ -34,8 +34,12 @@ run options:
   --cache-dir DIR      Disk tier of the prompt cache: saved states written behind, read back by
                        the next server of the same model (default $MASHBOX_HOME/prompt-cache).
   --cache-disk MiB     Most disk the tier uses (default ${DEFAULTS.cache_disk_mib}; 0 = off).
-  --spec ngram|off     Speculative decoding: draft from the request's own prompt and output, verify
-                       in the same step; output unchanged (default ${DEFAULTS.spec}).
+  --spec ngram|draft|off  Speculative decoding: guess a few tokens ahead and verify them in the
+                       same step; output unchanged (default ${DEFAULTS.spec}, or draft with --draft).
+                       ngram guesses from the request's own prompt and output; draft asks --draft.
+  --draft MODEL        A small model of the same vocabulary that drafts for [model] (an id from
+                       models.json, pulled if missing, or a .gguf path), e.g. qwen2.5-coder-0.5b
+                       for qwen2.5-coder-1.5b; implies --spec draft.
   --api-key-file FILE  API keys, one per line, optionally followed by a tenant name; # comments.
                        Keys sharing a tenant name share its queue limit. With keys, /v1/*,
                        /metrics and /openapi.json need Authorization: Bearer KEY or x-api-key.
@@ -80,7 +84,9 @@ export interface RunConfig {
   cache_ram_mib: number;
   cache_dir: string;
   cache_disk_mib: number;
-  spec: "ngram" | "off";
+  spec: "ngram" | "draft" | "off";
+  /** --draft MODEL: registry id or .gguf path (resolved like the model). */
+  draft: string | undefined;
   api_key_file: string | undefined;
   allowed_hosts: string[];
   metrics_without_key: boolean;
@@ -119,6 +125,7 @@ export function parseRunArgs(args: string[]): RunConfig {
       "cache-dir": { type: "string" },
       "cache-disk": { type: "string" },
       spec: { type: "string" },
+      draft: { type: "string" },
       "api-key-file": { type: "string" },
       "allowed-host": { type: "string", multiple: true },
       "metrics-without-key": { type: "boolean" },
@@ -133,8 +140,10 @@ export function parseRunArgs(args: string[]): RunConfig {
   if (positionals.length > 1) throw new UsageError(`run takes one model, got ${positionals.length}: ${positionals.join(" ")}`);
   const device = values.device ?? "cpu";
   if (device !== "cpu" && device !== "cuda") throw new UsageError(`--device must be cpu or cuda, got '${device}'`);
-  const spec = values.spec ?? DEFAULTS.spec;
-  if (spec !== "ngram" && spec !== "off") throw new UsageError(`--spec must be ngram or off, got '${spec}'`);
+  const spec = values.spec ?? (values.draft !== undefined ? "draft" : DEFAULTS.spec);
+  if (spec !== "ngram" && spec !== "draft" && spec !== "off") throw new UsageError(`--spec must be ngram, draft or off, got '${spec}'`);
+  if (spec === "draft" && values.draft === undefined) throw new UsageError("--spec draft needs --draft MODEL (the model that drafts)");
+  if (values.draft === "") throw new UsageError("--draft needs a model id or a .gguf path");
   for (const h of values["allowed-host"] ?? []) {
     if (!/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(h)) throw new UsageError(`--allowed-host takes a host name without port or scheme, got '${h}'`);
   }
@@ -150,6 +159,8 @@ export function parseRunArgs(args: string[]): RunConfig {
     cache_dir: values["cache-dir"] ?? promptCacheDir(),
     cache_disk_mib: intOption("cache-disk", values["cache-disk"], DEFAULTS.cache_disk_mib, 0),
     spec,
+    // --spec ngram|off with --draft: the draft model is not used (and not loaded).
+    draft: spec === "draft" ? values.draft : undefined,
     api_key_file: values["api-key-file"],
     allowed_hosts: values["allowed-host"] ?? [],
     metrics_without_key: values["metrics-without-key"] === true,
@@ -172,6 +183,13 @@ async function sizeContext(cfg: RunConfig, model_path: string): Promise<void> {
   }
 }
 
+/** A draft model that cannot draft for the model (another vocabulary, too little context) is a usage error, before serving. */
+async function checkDraft(cfg: RunConfig, model_path: string, model_id: string, draft_path: string, draft_id: string): Promise<void> {
+  const { loadAddon } = await import("./engine/native.js");
+  const why = loadAddon().checkDraft(model_path, draft_path, cfg.n_ctx, model_id, draft_id);
+  if (why !== null) throw new UsageError(why);
+}
+
 async function cmdRun(args: string[]): Promise<number> {
   const cfg = parseRunArgs(args);
   if (args.includes("--help") || args.includes("-h")) {
@@ -188,11 +206,20 @@ async function cmdRun(args: string[]): Promise<number> {
   const cuda = await checkDevice(cfg.device);
   const ref = resolveModel(cfg.model);
   const model_id = ref.kind === "registry" ? ref.entry.id : ref.id;
+  let draftRef: ReturnType<typeof resolveModel> | null = null;
+  try {
+    if (cfg.draft !== undefined) draftRef = resolveModel(cfg.draft);
+  } catch (e) {
+    throw new UsageError(`--draft: ${(e as Error).message}`);
+  }
+  const draft_id = draftRef === null ? undefined : draftRef.kind === "registry" ? draftRef.entry.id : draftRef.id;
   // A model still to be pulled is sized and checked once it is here (below).
   if (existsSync(ref.path)) await sizeContext(cfg, ref.path);
   if (cuda && existsSync(ref.path)) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
+  if (draftRef !== null && existsSync(ref.path) && existsSync(draftRef.path)) await checkDraft(cfg, ref.path, model_id, draftRef.path, draft_id!);
 
-  const deferred = new DeferredEngine(unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }));
+  const placeholder = { ...unloadedModel({ id: model_id, path: ref.path, n_ctx: cfg.n_ctx, slots: cfg.n_slots }), spec: cfg.spec, ...(draft_id !== undefined ? { draft_model: draft_id } : {}) };
+  const deferred = new DeferredEngine(placeholder);
   const { createApp } = await import("./server.js");
   const app = createApp({ engine: deferred, model_id, host: cfg.host, port: cfg.port, api_keys: keys, ui: cfg.ui, cache_ram_mib: cfg.cache_ram_mib, allowed_hosts: cfg.allowed_hosts, metrics_without_key: cfg.metrics_without_key, body_limit_bytes: cfg.body_limit_mib * 1024 * 1024, sse_stall_ms: cfg.stall_timeout_s * 1000 });
   const { url } = await app.listen(cfg.port, cfg.host);
@@ -217,6 +244,7 @@ async function cmdRun(args: string[]): Promise<number> {
       await sizeContext(cfg, ref.path);
       if (cuda) checkModelOnDevice(cuda, ref.path, cfg.n_slots, cfg.n_ctx);
     }
+    if (draftRef !== null && draftRef.kind === "registry" && !draftRef.present) await pull(draftRef.entry);
     const { createEngine } = await import("./engine/engine.js");
     const engine = createEngine({
       model_path: ref.path,
@@ -229,6 +257,7 @@ async function cmdRun(args: string[]): Promise<number> {
       cache_dir: cfg.cache_dir,
       cache_disk_mib: cfg.cache_disk_mib,
       spec: cfg.spec,
+      ...(draftRef !== null ? { draft_model_path: draftRef.path, draft_model_id: draft_id } : {}),
       chat_template: cfg.chat_template,
       // A worker that keeps failing will not heal here: exit non-zero and let the supervisor
       // (systemd, Kubernetes) replace the whole process.
@@ -247,7 +276,8 @@ async function cmdRun(args: string[]): Promise<number> {
     return 1;
   }
   const where = cuda ? `on ${cuda.probe.name}` : `${cfg.n_threads} threads`;
-  process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${where})\n`);
+  const spec = cfg.spec === "draft" ? `, drafts from ${draft_id}` : cfg.spec === "ngram" ? ", n-gram drafts" : "";
+  process.stderr.write(`mashbox: ready — ${model_id} (${cfg.n_slots} slots × ${cfg.n_ctx} tokens, ${where}${spec})\n`);
   const trained = engineModel?.n_ctx_train ?? 0;
   if (trained > 0 && cfg.n_ctx > trained)
     process.stderr.write(

@@ -28,7 +28,7 @@ export const DEFAULTS = {
   /** Request bodies over this get 413 (--body-limit): a 32k-token context needs well under 1 MiB of JSON. */
   body_limit_mib: 8,
   /** Speculative decoding (--spec): off until the benchmark (bench/spec.mjs) shows prose never pays for it. */
-  spec: "off" as "ngram" | "off",
+  spec: "off" as "ngram" | "draft" | "off",
 } as const;
 
 /** The most --ctx that autoContext picks, and the most K/V tokens it gives all slots together. */

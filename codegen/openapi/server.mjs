@@ -39,6 +39,8 @@ schemas.MashboxHealth = {
         exact_why: { type: ["string", "null"] },
       },
     },
+    spec: { type: "string", enum: ["off", "ngram", "draft"], description: "Speculative decoding that runs (--spec): off, n-gram drafts from the request's own text, or drafts from a draft model (--draft)." },
+    draft_model: { type: ["string", "null"], description: "Id of the draft model (--draft) with spec draft; null otherwise." },
     worker_pid: { type: "integer", minimum: 0, description: "Process id of the model's worker." },
     worker_restarts: { type: "integer", minimum: 0, description: "Times the worker was started again after a fault." },
   },
@@ -58,6 +60,8 @@ schemas.OpenAIModel = {
     prefix_cache: { type: "boolean", description: "Whether the server reuses cached prompt starts." },
     slots: { type: "integer", minimum: 1, description: "Requests decoded together (--slots)." },
     cache_ram_mib: { type: "integer", minimum: 0, description: "Host memory for saved prompt states (--cache-ram)." },
+    spec: { type: "string", enum: ["off", "ngram", "draft"], description: "Speculative decoding that runs (--spec)." },
+    draft_model: { type: ["string", "null"], description: "Id of the draft model (--draft) with spec draft; null otherwise." },
   },
 };
 schemas.OpenAIModelList = {
@@ -72,9 +76,9 @@ const healthResponses = (extra = {}) => ({
 });
 
 const EXAMPLES = {
-  health: { status: "ok", live_rows: 0, waiting: 0, cache_bytes: 0, host_cache_bytes: 0, snapshot_bytes: 0, host_cache_cap_bytes: 0, host_cache_evictions: 0, worker_pid: 4242, worker_restarts: 0 },
+  health: { status: "ok", live_rows: 0, waiting: 0, cache_bytes: 0, host_cache_bytes: 0, snapshot_bytes: 0, host_cache_cap_bytes: 0, host_cache_evictions: 0, spec: "off", draft_model: null, worker_pid: 4242, worker_restarts: 0 },
   loading: { status: "loading", live_rows: null, waiting: 0, worker_restarts: 0 },
-  model: { id: MODEL_ID_PLACEHOLDER, object: "model", owned_by: "mashbox-labs", created: 0, max_model_len: 8192, slots: 4, prefix_cache: true, cache_ram_mib: 0 },
+  model: { id: MODEL_ID_PLACEHOLDER, object: "model", owned_by: "mashbox-labs", created: 0, max_model_len: 8192, slots: 4, prefix_cache: true, cache_ram_mib: 0, spec: "off", draft_model: null },
 };
 
 export const probePaths = {

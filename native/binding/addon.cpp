@@ -14,6 +14,7 @@
 #include <linux/tcp.h>  // struct tcp_info with the fields glibc's netinet/tcp.h lacks
 #include <sys/socket.h>
 
+#include "engine/draft_check.h"
 #include "engine/scheduler.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -42,6 +43,11 @@ struct LoadOptions {
   double cache_disk_bytes = 0;
   bool spec_ngram = false;     // speculative decoding by n-gram lookup (SchedulerOptions)
   int spec_draft_max = 8;
+  // Speculative decoding with a draft model ("" = none): its GGUF, and the names start-up errors
+  // give both models by (the caller's ids; the paths when absent).
+  std::string draft_path;
+  std::string model_name;
+  std::string draft_name;
 };
 
 // Everything a loaded model owns, in destruction order (scheduler first: it uses the rest).
@@ -50,6 +56,9 @@ struct Loaded {
   std::shared_ptr<const mb::Tokenizer> tok;
   std::unique_ptr<mb::ThreadPool> pool;
   std::unique_ptr<mb::Model> model;          // moved into the scheduler once it starts
+  std::shared_ptr<mb::GgufFile> draft_file;  // the draft model's (null = none)
+  std::unique_ptr<mb::Model> draft_model;    // likewise moved into the scheduler
+  mb::ModelConfig draft_config;
   mb::ModelConfig config;
   size_t kv_bytes = 0;
   size_t kv_token_bytes = 0;
@@ -148,6 +157,19 @@ class TokenizeWorker : public Napi::AsyncWorker {
 
 class LoadWorker;
 
+// What the draft model's file and vocabulary alone rule out ("" = nothing): another vocabulary,
+// or less training context than the server runs.
+std::string draft_file_refusal(const mb::Tokenizer& target_tok, const mb::GgufFile& draft_file, const mb::Tokenizer& draft_tok,
+                               const std::string& target, const std::string& draft, int n_ctx) {
+  std::string why = mb::vocabulary_mismatch(target_tok, draft_tok, target, draft);
+  if (!why.empty()) return why;
+  const std::string arch = draft_file.get_str("general.architecture", "");
+  const int64_t trained = draft_file.get_int(arch + ".context_length", 0);
+  if (trained > 0 && trained < n_ctx)
+    return draft + " was trained on " + std::to_string(trained) + " tokens of context, less than --ctx " + std::to_string(n_ctx);
+  return "";
+}
+
 class Engine : public Napi::ObjectWrap<Engine> {
  public:
   static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -190,7 +212,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" +
                          (lo.device == mb::Device::cuda ? std::string("cuda") : mb::kernels_backend());
     loaded_->sched = std::make_unique<mb::Scheduler>(
-        std::move(loaded_->model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
+        std::move(loaded_->model), std::move(loaded_->draft_model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
           std::lock_guard<std::mutex> lk(queue->mu);
           for (auto& e : evs) queue->pending.push_back(std::move(e));
           if (queue->scheduled) return;
@@ -211,6 +233,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
     n_ctx_ = n_ctx;
     n_slots_ = n_slots;
     device_ = lo.device;
+    spec_ = loaded_->draft_file ? "draft" : lo.spec_ngram ? "ngram" : "off";
   }
 
  private:
@@ -259,6 +282,16 @@ class Engine : public Napi::ObjectWrap<Engine> {
     o.Set("kernels", device_ == mb::Device::cuda ? std::string("cuda") : mb::kernels_backend());
     o.Set("device", device_ == mb::Device::cuda ? "cuda" : "cpu");
     o.Set("certification", loaded_->certification);
+    o.Set("spec", spec_);
+    if (loaded_->draft_file) {
+      auto d = Napi::Object::New(env);
+      d.Set("architecture", loaded_->draft_config.arch);
+      d.Set("n_ctx_train", loaded_->draft_config.n_ctx_train);
+      d.Set("n_layer", loaded_->draft_config.n_layer);
+      d.Set("n_embd", loaded_->draft_config.n_embd);
+      d.Set("file_bytes", double(loaded_->draft_file->file_size()));
+      o.Set("draft", d);
+    }
     return o;
   }
 
@@ -496,6 +529,7 @@ class Engine : public Napi::ObjectWrap<Engine> {
   Napi::ThreadSafeFunction tsfn_;
   int n_ctx_ = 0, n_slots_ = 0;
   mb::Device device_ = mb::Device::cpu;
+  std::string spec_ = "off";  // "off" | "ngram" | "draft"
   bool loading_ = false;
   friend class LoadWorker;
 };
@@ -519,6 +553,7 @@ class LoadWorker : public Napi::AsyncWorker {
       l->model = mb::Model::load(l->file, opts_.n_slots, opts_.n_ctx, l->pool.get(), opts_.max_batch, opts_.device);
       l->tok = std::shared_ptr<const mb::Tokenizer>(mb::Tokenizer::from_gguf(*l->file));
       l->config = l->model->config();
+      if (!opts_.draft_path.empty()) load_draft(*l);
       l->kv_bytes = l->model->kv_bytes();
       l->kv_token_bytes = l->model->kv_token_bytes();
       l->kv_type = l->model->kv_type();
@@ -529,6 +564,12 @@ class LoadWorker : public Napi::AsyncWorker {
         const bool seen = std::any_of(samples.begin(), samples.end(), [&](const mb::QMatrix& m) { return m.type == t.type; });
         if (t.ne.size() >= 2 && !seen) samples.push_back({t.type, t.ne[0], t.ne[1], t.data});
       }
+      // The draft model runs on the same kernel set: its weight types are certified too.
+      if (l->draft_file)
+        for (const auto& t : l->draft_file->tensors()) {
+          const bool seen = std::any_of(samples.begin(), samples.end(), [&](const mb::QMatrix& m) { return m.type == t.type; });
+          if (t.ne.size() >= 2 && !seen) samples.push_back({t.type, t.ne[0], t.ne[1], t.data});
+        }
       // A set that disagrees with the reference on this CPU would answer wrong tokens: no start.
       // The CUDA model gates its own kernels on the device as it loads (it throws otherwise).
       l->certification = opts_.device == mb::Device::cuda ? "passed" : mb::certify_kernels(samples);
@@ -540,6 +581,34 @@ class LoadWorker : public Napi::AsyncWorker {
       SetError(e.what());
     }
   }
+  // The draft model, once it is known to fit the target: the same vocabulary, context enough for
+  // --ctx, K/V that rolls back (rejected drafts are dropped from it). Errors name both models.
+  void load_draft(Loaded& l) {
+    const std::string target = opts_.model_name.empty() ? opts_.model_path : opts_.model_name;
+    const std::string draft = opts_.draft_name.empty() ? opts_.draft_path : opts_.draft_name;
+    auto refuse = [&](const std::string& why) {
+      return std::runtime_error("--draft " + draft + " cannot draft for " + target + ": " + why);
+    };
+    if (!l.model->kv_rewindable())
+      throw refuse(target + " (" + l.config.arch + ") cannot roll back its K/V, so no drafts can be verified on it");
+    std::shared_ptr<mb::GgufFile> f;
+    std::unique_ptr<mb::Tokenizer> tok;
+    try {
+      f = std::shared_ptr<mb::GgufFile>(mb::GgufFile::open(opts_.draft_path));
+      tok = mb::Tokenizer::from_gguf(*f);
+    } catch (const std::exception& e) {
+      throw refuse(e.what());
+    }
+    const std::string why = draft_file_refusal(*l.tok, *f, *tok, target, draft, opts_.n_ctx);
+    if (!why.empty()) throw refuse(why);
+    auto m = mb::Model::load(f, opts_.n_slots, opts_.n_ctx, l.pool.get(), opts_.max_batch, opts_.device);
+    if (!m->kv_rewindable())
+      throw refuse(draft + " (" + m->config().arch + ") cannot roll back its K/V, which drafting needs");
+    l.draft_config = m->config();
+    l.draft_model = std::move(m);
+    l.draft_file = std::move(f);
+  }
+
   void OnOK() override {
     auto env = Env();
     engine_->loading_ = false;
@@ -566,8 +635,9 @@ class LoadWorker : public Napi::AsyncWorker {
 };
 
 // load({model_path, n_ctx, n_slots, n_threads, max_batch, device?: "cpu" | "cuda", cache_ram_mib?,
-//       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?, spec?: "ngram" | "off",
-//       spec_draft_max?}, on_events) -> Promise<info>
+//       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?, spec?: "ngram" | "draft" | "off",
+//       draft_model_path? (with spec "draft"), model_id?, draft_model_id?, spec_draft_max?}, on_events)
+//       -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
   if (loaded_ || loading_) throw Napi::Error::New(env, "already loaded");
@@ -584,11 +654,18 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   if (o.Get("cache_namespace").IsString()) lo.cache_namespace = o.Get("cache_namespace").As<Napi::String>().Utf8Value();
   if (o.Get("cache_dir").IsString()) lo.cache_dir = o.Get("cache_dir").As<Napi::String>().Utf8Value();
   lo.cache_disk_bytes = std::max(0.0, num(o, "cache_disk_mib", 0)) * 1048576.0;
+  std::string sp = "off";
   if (o.Get("spec").IsString()) {
-    const std::string sp = o.Get("spec").As<Napi::String>().Utf8Value();
-    if (sp != "ngram" && sp != "off") throw Napi::RangeError::New(env, "load: spec must be \"ngram\" or \"off\", got \"" + sp + "\"");
+    sp = o.Get("spec").As<Napi::String>().Utf8Value();
+    if (sp != "ngram" && sp != "draft" && sp != "off")
+      throw Napi::RangeError::New(env, "load: spec must be \"ngram\", \"draft\" or \"off\", got \"" + sp + "\"");
     lo.spec_ngram = sp == "ngram";
   }
+  if (o.Get("draft_model_path").IsString()) lo.draft_path = o.Get("draft_model_path").As<Napi::String>().Utf8Value();
+  if ((sp == "draft") != !lo.draft_path.empty())
+    throw Napi::RangeError::New(env, "load: spec \"draft\" and draft_model_path go together");
+  if (o.Get("model_id").IsString()) lo.model_name = o.Get("model_id").As<Napi::String>().Utf8Value();
+  if (o.Get("draft_model_id").IsString()) lo.draft_name = o.Get("draft_model_id").As<Napi::String>().Utf8Value();
   lo.spec_draft_max = int(num(o, "spec_draft_max", 8));
   if (o.Get("device").IsString()) {
     const std::string d = o.Get("device").As<Napi::String>().Utf8Value();
@@ -697,6 +774,28 @@ Napi::Value CheckGrammar(const Napi::CallbackInfo& info) {
   return fail(m.error(), Napi::Buffer<char>::Copy(env, input.data(), input.size()));
 }
 
+// checkDraft(model_path, draft_path, n_ctx, model_id, draft_id) -> null, or why the draft model
+// cannot draft for the model, from their headers and vocabularies alone (no weights read), so
+// `mashbox run --draft` refuses before it serves. The load checks this again, and rollback too.
+Napi::Value CheckDraft(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 5 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsString() || !info[4].IsString())
+    throw Napi::TypeError::New(env, "checkDraft(model_path, draft_path, n_ctx, model_id, draft_id)");
+  const std::string target = info[3].As<Napi::String>().Utf8Value(), draft = info[4].As<Napi::String>().Utf8Value();
+  std::string why;
+  try {
+    const auto tf = mb::GgufFile::open(info[0].As<Napi::String>().Utf8Value());
+    const auto df = mb::GgufFile::open(info[1].As<Napi::String>().Utf8Value());
+    const auto tt = mb::Tokenizer::from_gguf(*tf);
+    const auto dt = mb::Tokenizer::from_gguf(*df);
+    why = draft_file_refusal(*tt, *df, *dt, target, draft, info[2].As<Napi::Number>().Int32Value());
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (why.empty()) return env.Null();
+  return Napi::String::New(env, "--draft " + draft + " cannot draft for " + target + ": " + why);
+}
+
 #ifdef MB_HAVE_CUDA
 // What the CUDA runtime sees, for `--device cuda`'s start-up check: {count, error, name, cc,
 // total_bytes, free_bytes}. count 0 with error naming why (no driver, too old, no device).
@@ -743,6 +842,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setMaxSegment", Napi::Function::New(env, SetMaxSegment, "setMaxSegment"));
   exports.Set("checkGrammar", Napi::Function::New(env, CheckGrammar, "checkGrammar"));
   exports.Set("ggufContext", Napi::Function::New(env, GgufContext, "ggufContext"));
+  exports.Set("checkDraft", Napi::Function::New(env, CheckDraft, "checkDraft"));
 #ifdef MB_HAVE_CUDA
   exports.Set("cuda", true);  // this addon was linked with the CUDA kernel set (native/kernels/cuda)
   exports.Set("cudaProbe", Napi::Function::New(env, CudaProbe, "cudaProbe"));

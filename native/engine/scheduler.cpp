@@ -22,6 +22,8 @@ struct Scheduler::Seq {
   int n_gen = 0;
   std::vector<int32_t> draft;  // this step's draft tokens, fed after `pending`
   int draft_cur = 0;           // draft length to try next (adapt_draft)
+  double acceptance = 1.0;     // recent share of drafts kept (update_acceptance)
+  int held_back = 0;           // steps in a row draft_budget gave it nothing
   int draft_n = 0, draft_accepted = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
@@ -40,14 +42,36 @@ struct Scheduler::Seq {
 static constexpr size_t kMinCopyTokens = 16;
 // Rows a step spends on draft tokens, at most, less one per decoding sequence (Scheduler::draft).
 static constexpr int kSpecRows = 16;
+// History tokens a sequence's draft model slot catches up on per step, at most.
+static constexpr size_t kDraftCatchUp = 128;
+
+// The step-cost averages follow a lower reading fast and a higher one slowly: being preempted
+// (a shared machine, a busy page cache) only ever adds time, so the low readings are the closer
+// to what a step of that size costs, and one slow step must not stop drafting for long.
+static double ema(double avg, double x) {
+  if (avg <= 0) return x;
+  return x < avg ? 0.5 * avg + 0.5 * x : 0.9 * avg + 0.1 * x;
+}
 
 static double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink)
-    : model_(std::move(model)), tok_(std::move(tok)), opts_(opts), sink_(std::move(sink)) {
+    : Scheduler(std::move(model), nullptr, std::move(tok), std::move(opts), std::move(sink)) {}
+
+Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::shared_ptr<const Tokenizer> tok,
+                     SchedulerOptions opts, Sink sink)
+    : model_(std::move(model)), draft_model_(std::move(draft_model)), tok_(std::move(tok)), opts_(opts), sink_(std::move(sink)) {
   if (opts_.n_slots < 1 || opts_.n_ctx < 1) throw std::invalid_argument("scheduler: slots and ctx must be >= 1");
+  if (draft_model_) {
+    // The engine's load checks say which models and why; these guard the invariants the draft
+    // path relies on (one row layout, rollback).
+    if (draft_model_->config().n_vocab != model_->config().n_vocab)
+      throw std::invalid_argument("scheduler: the draft model's vocabulary size differs from the model's");
+    if (!draft_model_->kv_rewindable() || !model_->kv_rewindable())
+      throw std::invalid_argument("scheduler: speculative decoding with a draft model needs both models to roll back K/V");
+  }
   // Every sequence needs room for at least its decode token in a step.
   opts_.max_batch = std::max(opts_.max_batch, opts_.n_slots);
   n_vocab_ = model_->config().n_vocab;
@@ -65,7 +89,10 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokeniz
   // plus a row per draft token.
   opts_.spec_draft_max = std::max(1, opts_.spec_draft_max);
   rewindable_ = model_->kv_rewindable();
-  logits_.resize((size_t(opts_.n_slots) + size_t(opts_.spec_ngram ? kSpecRows : 0)) * size_t(n_vocab_));
+  const bool spec = opts_.spec_ngram || draft_model_;
+  logits_.resize((size_t(opts_.n_slots) + size_t(spec ? kSpecRows : 0)) * size_t(n_vocab_));
+  if (draft_model_) draft_logits_.resize(size_t(opts_.n_slots) * size_t(n_vocab_));
+  step_ms_.assign(size_t(opts_.n_slots + kSpecRows + 1), 0.0);
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
   if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
@@ -370,27 +397,134 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
   return trie_;
 }
 
-// Phase 3a: n-gram drafts for the decoding sequences, within the step's draft budget. A draft
-// is the continuation of the latest earlier occurrence of the history's last 2..4 tokens.
+// Phase 3a: drafts for the decoding sequences, each within its draft_budget and all within the
+// step's rows. An n-gram draft is the continuation of the latest earlier occurrence of the
+// history's last 2..4 tokens; with a draft model, its greedy continuation of the history.
 void Scheduler::draft(int n_decoding) {
-  // Rows a step may spend on drafts: decode is bound by reading the weights, so a few extra rows
-  // cost little alone, but as more sequences decode the step turns compute-bound and each
-  // sequence's share shrinks, to nothing at kSpecRows decoding sequences.
+  // Rows a step may spend on drafts, at most: past kSpecRows decoding sequences draft_budget
+  // leaves none anyway, and max_batch must still hold every decode row.
   int budget = std::min(kSpecRows - n_decoding, opts_.max_batch - n_decoding);
+  DraftPolicy policy;
+  policy.draft_max = opts_.spec_draft_max;
+  policy.spec_rows = kSpecRows;
+  policy.step_cost = step_ms_;
+  // Until a draft forward is measured it counts as free, so that the first drafts measure it.
+  policy.draft_forward_cost = draft_model_ ? draft_forward_ms_ : 0.0;
+  const bool on = (opts_.spec_ngram || draft_model_) && rewindable_;
   std::vector<int32_t> hist;
+  std::vector<std::pair<Seq*, int>> by_model;  // sequences the draft model continues, and how far
   for (auto& s : running_) {
     s->draft.clear();
-    if (s->pending < 0 || budget <= 0 || !opts_.spec_ngram || !rewindable_) continue;
+    if (s->pending < 0 || budget <= 0 || !on) continue;
     const auto& c = slots_[s->slot].cached;
     // Room: the drafts' K/V must fit the slot, and no more tokens than max_tokens allows.
     int room = opts_.n_ctx - int(c.size()) - 1;
     if (s->req.max_tokens >= 0) room = std::min(room, s->req.max_tokens - s->n_gen - 1);
-    const int n = std::min({s->draft_cur, room, budget});
+    const int share = draft_budget(policy, n_decoding, s->acceptance, s->held_back);
+    s->held_back = share > 0 ? 0 : s->held_back + 1;
+    const int n = std::min({s->draft_cur, share, room, budget});
     if (n <= 0) continue;
+    if (draft_model_) {
+      by_model.emplace_back(s.get(), n);
+      budget -= n;
+      continue;
+    }
     hist.assign(c.begin(), c.end());
     hist.push_back(s->pending);
     s->draft = draft_ngram(hist.data(), hist.size(), 2, 4, n);
     budget -= int(s->draft.size());
+  }
+  if (!by_model.empty()) draft_with_model(by_model);
+}
+
+// Greedy drafts from the draft model, batched across sequences: first one forward that brings
+// each slot of the draft model up to its sequence's history (the target's slot tokens and the
+// pending token; usually just those two, a new prompt kDraftCatchUp tokens a step) and gives the
+// first draft token, then one forward per further draft position for every sequence still drafting.
+// A greedy draft is a point mass, so accepted_prefix's rule keeps the output exactly the same.
+void Scheduler::draft_with_model(const std::vector<std::pair<Seq*, int>>& want) {
+  const int V = n_vocab_;
+  auto argmax = [V](const float* row) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+      if (row[v] > row[best]) best = v;
+    return int32_t(best);
+  };
+  try {
+    Batch b;
+    // The sequences that draft this step and how far, and where each one's next draft token goes.
+    std::vector<std::pair<Seq*, int>> drafting;
+    std::vector<int32_t> next_pos;
+    for (size_t j = 0; j < want.size(); j++) {
+      Seq& s = *want[j].first;
+      Slot& sl = slots_[s.slot];
+      const size_t h = sl.cached.size() + 1;  // history: the slot's tokens, then pending
+      auto at = [&](size_t i) { return i < sl.cached.size() ? sl.cached[i] : s.pending; };
+      // What the draft slot already holds of the history (a reused slot, or one that fell behind
+      // while it did not draft), less the last token, whose logits are needed now.
+      size_t keep = 0;
+      while (keep < sl.draft_cached.size() && keep < h - 1 && sl.draft_cached[keep] == at(keep)) keep++;
+      keep = size_t(draft_model_->kv_reusable(s.slot, int(keep)));
+      draft_model_->kv_truncate(s.slot, int(keep));
+      sl.draft_cached.resize(keep);
+      // A long way behind (a new prompt): catch up a chunk a step, as prefill rides along with
+      // decode, and draft once caught up, so no step stalls on a whole prompt.
+      const size_t end = std::min(h, keep + kDraftCatchUp);
+      for (size_t i = keep; i < end; i++) {
+        b.token.push_back(at(i));
+        b.pos.push_back(int32_t(i));
+        b.slot.push_back(s.slot);
+        b.logits.push_back(i + 1 == h ? 1 : 0);
+        sl.draft_cached.push_back(at(i));
+      }
+      if (end < h) continue;
+      drafting.push_back(want[j]);
+      next_pos.push_back(int32_t(h));
+    }
+    auto t0 = Clock::now();
+    draft_model_->forward(b, draft_logits_.data());
+    // A catch-up of a whole prompt is a prefill, not what a draft position costs.
+    if (b.token.size() <= 4 * want.size()) draft_forward_ms_ = ema(draft_forward_ms_, ms_between(t0, Clock::now()));
+    for (size_t j = 0; j < drafting.size(); j++) drafting[j].first->draft.push_back(argmax(draft_logits_.data() + j * size_t(V)));
+    for (int k = 1;; k++) {
+      Batch d;
+      std::vector<Seq*> rows;
+      for (size_t j = 0; j < drafting.size(); j++) {
+        Seq& s = *drafting[j].first;
+        if (drafting[j].second <= k) continue;
+        d.token.push_back(s.draft.back());
+        d.pos.push_back(next_pos[j]++);
+        d.slot.push_back(s.slot);
+        d.logits.push_back(1);
+        slots_[s.slot].draft_cached.push_back(s.draft.back());
+        rows.push_back(&s);
+      }
+      if (rows.empty()) break;
+      t0 = Clock::now();
+      draft_model_->forward(d, draft_logits_.data());
+      draft_forward_ms_ = ema(draft_forward_ms_, ms_between(t0, Clock::now()));
+      for (size_t r = 0; r < rows.size(); r++) rows[r]->draft.push_back(argmax(draft_logits_.data() + r * size_t(V)));
+    }
+  } catch (const std::exception& e) {
+    // Drafts are only guesses: this step goes without them, and the draft model starts over.
+    std::fprintf(stderr, "mashbox: draft model failed, drafting restarts: %s\n", e.what());
+    for (const auto& [s, n] : want) s->draft.clear();
+    for (int i = 0; i < opts_.n_slots; i++) {
+      draft_model_->kv_truncate(i, 0);
+      slots_[i].draft_cached.clear();
+    }
+  }
+}
+
+// The draft model's slot keeps only what the target's slot still holds (rejected drafts leave
+// both).
+void Scheduler::trim_draft_kv(int slot) {
+  if (!draft_model_) return;
+  auto& dc = slots_[slot].draft_cached;
+  const size_t keep = common_prefix(dc, slots_[slot].cached);
+  if (dc.size() > keep) {
+    draft_model_->kv_truncate(slot, int(keep));
+    dc.resize(keep);
   }
 }
 
@@ -443,6 +577,10 @@ bool Scheduler::run(const Batch& b, std::vector<EngineEvent>& out) {
     running_.clear();
     return false;
   }
+}
+
+void Scheduler::note_step_ms(int rows, double ms) {
+  if (rows > 0 && size_t(rows) < step_ms_.size()) step_ms_[size_t(rows)] = ema(step_ms_[size_t(rows)], ms);
 }
 
 // Phase 5a: draw the next token of s from its logits row, under its grammar; a lazy grammar's
@@ -571,12 +709,14 @@ void Scheduler::process_outputs(const BatchPlan& plan, const std::vector<Seq*>& 
     }
     if (drafted > 0) {
       s.draft_cur = adapt_draft(s.draft_cur, drafted, last, opts_.spec_draft_max);  // last = accepted
+      s.acceptance = update_acceptance(s.acceptance, drafted, last);
       // Drafts never consumed leave the slot (and so never reach the host cache).
       const size_t keep = part.pos0 + size_t(last) + 1;
       if (slots_[slot].cached.size() > keep) {
         model_->kv_truncate(slot, int(keep));
         slots_[slot].cached.resize(keep);
       }
+      trim_draft_kv(slot);
     }
     r += size_t(n_rows);
   }
@@ -612,7 +752,11 @@ void Scheduler::step(std::vector<EngineEvent>& out) {
   const BatchPlan plan = plan_batch(work, opts_.max_batch, attention_depth_unit_);
   if (plan.rows == 0) return;
   const Batch b = build_batch(plan, seqs);
+  const auto t0 = Clock::now();
   if (!run(b, out)) return;
+  bool decode_only = true;
+  for (const BatchPart& part : plan.parts) decode_only = decode_only && part.decode;
+  if (decode_only) note_step_ms(plan.rows, ms_between(t0, Clock::now()));
   // State points whose prefill is complete go to the host cache now: the slot may be serving
   // someone else by the time a new session of this client arrives.
   if (cache_)

@@ -108,6 +108,8 @@ struct SchedulerOptions {
   // Speculative decoding by n-gram lookup: a decoding sequence's next tokens are guessed from an
   // earlier occurrence of its last few tokens in its own prompt and output, and verified in the
   // step's one forward(); the output is the same as without it (greedy: token for token).
+  // With a draft model (the Scheduler's second Model) the guesses come from its greedy steps
+  // instead, verified the same way; spec_ngram is then ignored.
   bool spec_ngram = false;
   int spec_draft_max = 8;          // draft tokens per sequence per step, at most
 };
@@ -117,6 +119,11 @@ class Scheduler {
   using Sink = std::function<void(std::vector<EngineEvent>&&)>;
   // The tokenizer is shared read-only with the caller's thread (tokenize/detokenize calls).
   Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink);
+  // With a draft model for speculative decoding: same vocabulary and tokenizer as `model`, able
+  // to roll its K/V back (kv_rewindable), loaded with the same slots and context. It has its own
+  // K/V per slot and never touches the host prompt cache. Throws std::invalid_argument otherwise.
+  Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::shared_ptr<const Tokenizer> tok,
+            SchedulerOptions opts, Sink sink);
   ~Scheduler();  // stops the thread; requests still running get no further events
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -134,6 +141,7 @@ class Scheduler {
   struct Seq;
   struct Slot {
     std::vector<int32_t> cached;     // [<= C] tokens whose K/V the slot holds, in position order
+    std::vector<int32_t> draft_cached;  // [<= C] ... that the draft model's slot holds
     Seq* seq = nullptr;              // nullptr = free
   };
   void loop();
@@ -143,8 +151,11 @@ class Scheduler {
   bool accept_request(Seq& s, std::vector<EngineEvent>& out);
   size_t reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt);
   void draft(int n_decoding);
+  void draft_with_model(const std::vector<std::pair<Seq*, int>>& want);
+  void trim_draft_kv(int slot);
   Batch build_batch(const BatchPlan& plan, const std::vector<Seq*>& seqs);
   bool run(const Batch& b, std::vector<EngineEvent>& out);
+  void note_step_ms(int rows, double ms);
   int32_t sample_row(Seq& s, float* row, std::vector<EngineEvent>& out);
   bool emit(Seq& s, int32_t tok, size_t held, Clock::time_point now, std::vector<EngineEvent>& out);
   void process_outputs(const BatchPlan& plan, const std::vector<Seq*>& seqs, std::vector<EngineEvent>& out);
@@ -155,6 +166,7 @@ class Scheduler {
   void publish_stats();
 
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> draft_model_;          // null = none (n-gram drafts or no speculation)
   std::shared_ptr<const Tokenizer> tok_;
   SchedulerOptions opts_;
   // Depth at which one prompt token's attention costs as much as its matmuls (0 = unknown).
@@ -175,6 +187,11 @@ class Scheduler {
   std::vector<std::unique_ptr<Seq>> running_;   // admission order
   std::vector<Slot> slots_;                     // [S]
   std::vector<float> logits_;                   // [S + spec rows, V] (one wanted row per sequence, plus drafts)
+  std::vector<float> draft_logits_;             // [S, V] the draft model's one row per drafting sequence
+  // What steps cost, measured (DraftPolicy): ms of a decode-only step by rows ([S + kSpecRows + 1],
+  // 0 = none yet), and of one draft model forward. Averages, so drafting follows the machine's load.
+  std::vector<double> step_ms_;
+  double draft_forward_ms_ = 0;
   bool rewindable_ = true;                      // Model::kv_rewindable: drafts can be rolled back
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off

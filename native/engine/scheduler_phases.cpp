@@ -104,6 +104,52 @@ int adapt_draft(int cur, int drafted, int accepted, int max) {
   return std::max(1, std::min(cur, max));
 }
 
+double step_cost_at(const DraftPolicy& p, int rows) {
+  const auto& c = p.step_cost;
+  int lo = std::min(rows, int(c.size()) - 1);
+  while (lo > 0 && c[size_t(lo)] <= 0) lo--;
+  if (lo == rows) return c[size_t(rows)];
+  int hi = rows + 1;
+  while (hi < int(c.size()) && c[size_t(hi)] <= 0) hi++;
+  const bool has_lo = lo > 0, has_hi = hi < int(c.size());
+  if (has_lo && has_hi) return c[size_t(lo)] + (c[size_t(hi)] - c[size_t(lo)]) * double(rows - lo) / double(hi - lo);
+  if (has_lo) return c[size_t(lo)];
+  if (has_hi) return c[size_t(hi)];
+  return 1.0;
+}
+
+int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int held_back) {
+  if (n_decoding < 1) return 0;
+  const int share = std::max(0, std::min(p.draft_max, (p.spec_rows - n_decoding) / n_decoding));
+  const int probe = held_back >= p.probe_every ? std::min(1, share) : 0;
+  if (acceptance < p.acceptance_floor) return probe;
+  // The plain step is what drafts are weighed against: measure it first (one step without drafts).
+  if (!p.step_cost.empty() && (size_t(n_decoding) >= p.step_cost.size() || p.step_cost[size_t(n_decoding)] <= 0)) return 0;
+  // An acceptance of 1 would make every length look sure; the estimate never is.
+  const double a = std::min(acceptance, 0.95), n = double(n_decoding);
+  const double plain = n / step_cost_at(p, n_decoding);
+  int best = 0;
+  double best_rate = plain, ak = a;  // ak = a^(k+1)
+  for (int k = 1; k <= share; k++) {
+    ak *= a;
+    const double tokens = n - 1 + (1 - ak) / (1 - a);
+    const double rate = tokens / (step_cost_at(p, n_decoding + k) + k * p.draft_forward_cost / n);
+    if (rate > best_rate * (1 + 1e-9)) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  if (best > 0) return best;
+  // Drafting does not pay at these costs: measure again now and then, far less often than a
+  // sequence whose text turned unpredictable (a probe costs a draft model its catch-up forward).
+  return held_back >= p.probe_every * p.cost_probe_factor ? std::min(1, share) : 0;
+}
+
+double update_acceptance(double acceptance, int drafted, int accepted) {
+  if (drafted <= 0) return acceptance;
+  return 0.7 * acceptance + 0.3 * double(accepted) / double(drafted);
+}
+
 int accepted_prefix(const std::vector<int32_t>& draft, const std::vector<int32_t>& sampled) {
   int a = 0;
   while (size_t(a) < draft.size() && size_t(a) < sampled.size() && sampled[size_t(a)] == draft[size_t(a)]) a++;

@@ -3,8 +3,10 @@
 // and the side effects and calls these in order, once per step:
 //
 //   admit:  pick_slot -> choose_reuse -> (Scheduler::reuse_prefix: K/V copy, restore or truncate)
-//   step:   draft_ngram per decoding sequence -> plan_batch -> (Scheduler::run: forward)
-//           -> (Scheduler::process_outputs: sample, grammar, stop, detokenize; accept_drafts)
+//   step:   draft_budget per decoding sequence -> draft_ngram (or the draft model's greedy steps)
+//           -> plan_batch -> (Scheduler::run: forward)
+//           -> (Scheduler::process_outputs: sample, grammar, stop, detokenize; accepted_prefix,
+//              update_acceptance)
 //
 // Dimension legend: S slots, P prompt tokens, H a sequence's history (prompt + output).
 #pragma once
@@ -75,6 +77,43 @@ std::vector<int32_t> draft_ngram(const int32_t* hist, size_t n, int min_n, int m
 // Draft length for the next step from the last one's: a fully accepted draft earns two more
 // tokens, a fully rejected one halves it; never below 1 nor above max.
 int adapt_draft(int cur, int drafted, int accepted, int max);
+
+// ---- draft budget -----------------------------------------------------------------------------
+// How many draft tokens one decoding sequence may have verified this step, whichever way they are
+// drafted. Decode is bound by reading the weights, so a few extra rows ride almost free while few
+// sequences decode; as more do, the step turns compute-bound and every row costs, so the share of
+// each shrinks: (spec_rows - n_decoding) / n_decoding, to nothing at spec_rows decoding sequences.
+// A sequence whose recent acceptance (update_acceptance) is below acceptance_floor mostly loses
+// its rows to verification it would waste; it drafts nothing, except one token every
+// probe_every-th step it is held back, so that a turn back to predictable text is noticed.
+// Within its share, a sequence drafts only as far as pays: at n decoding sequences a plain step
+// yields n tokens for step_cost(n); k drafts at acceptance a yield n - 1 + (1 - a^(k+1)) / (1 - a)
+// for step_cost(n + k) plus k draft forwards (a draft model's, shared by the n sequences). The
+// length with the most tokens per cost wins; none when no length beats the plain step (the
+// verification rows or the draft model cost more than they bring), but a rarer probe.
+struct DraftPolicy {
+  int draft_max = 8;              // SchedulerOptions::spec_draft_max
+  int spec_rows = 16;             // draft rows a step may carry at one decoding sequence, plus one
+  double acceptance_floor = 0.3;  // below this, no drafts but the probe
+  int probe_every = 8;            // steps held back between two probes
+  int cost_probe_factor = 8;      // ... times this when it is the costs that hold drafts back
+  // Measured cost (any unit, e.g. ms) of a decode-only step of the model by its rows:
+  // step_cost[r] for r rows, 0 = not measured. An unmeasured size costs what the nearest measured
+  // sizes around it say (linearly), or the largest smaller one (so rows no step has carried yet
+  // look free, and get tried); empty: every step costs the same. With a step_cost, no drafts
+  // until the plain step of n_decoding rows is measured.
+  std::vector<double> step_cost;
+  double draft_forward_cost = 0;  // one draft model forward, same unit (0: n-gram drafts, free)
+};
+// The cost of a step of `rows` rows as DraftPolicy::step_cost says it.
+double step_cost_at(const DraftPolicy& p, int rows);
+// held_back: steps in a row this sequence drafted nothing.
+int draft_budget(const DraftPolicy& p, int n_decoding, double acceptance, int held_back);
+
+// The recent acceptance after a verification that kept `accepted` of `drafted` tokens: an
+// exponential average (weight 0.3 on the newest), so a few steps of new text move it. drafted 0
+// leaves it as it was.
+double update_acceptance(double acceptance, int drafted, int accepted);
 
 // ---- process outputs ---------------------------------------------------------------------------
 // How many of `draft` the sampled tokens confirm: sampled[i] is the token drawn from the row

@@ -57,8 +57,11 @@ export interface EngineOptions {
   cache_disk_mib?: number;
   /** Jinja chat template (--chat-template FILE's text) used instead of the GGUF's own, or for a model that has none. */
   chat_template?: string;
-  /** Speculative decoding (--spec): "ngram" or "off" (absent = off). */
-  spec?: "ngram" | "off";
+  /** Speculative decoding (--spec): "ngram", "draft" (with draft_model_path) or "off" (absent = off). */
+  spec?: "ngram" | "draft" | "off";
+  /** --draft: the draft model's file and id (spec "draft"). */
+  draft_model_path?: string;
+  draft_model_id?: string;
 }
 
 export interface ManagedEngine extends Engine {
@@ -97,6 +100,12 @@ const NO_PROMPT: PreparedPrompt = { text: "", literal: [], add_special: true, st
 /** The scheduler's words for a grammar that allows no token where the generation got to. */
 const GRAMMAR_DEAD_END = /^grammar: generation cannot continue: (.*)$/s;
 
+/** The speculation the options ask for, as ModelInfo says it. */
+function specOf(opts: EngineOptions): Pick<ModelInfo, "spec" | "draft_model"> {
+  if (opts.spec === "draft") return opts.draft_model_id !== undefined ? { spec: "draft", draft_model: opts.draft_model_id } : { spec: "draft" };
+  return { spec: opts.spec ?? "off" };
+}
+
 export function createEngine(opts: EngineOptions): ManagedEngine {
   return new WorkerEngine(opts);
 }
@@ -127,7 +136,7 @@ class WorkerEngine implements ManagedEngine {
   private readyReject!: (e: Error) => void;
 
   constructor(private opts: EngineOptions) {
-    this.model = unloadedModel({ id: opts.model_id, path: opts.model_path, n_ctx: opts.n_ctx, slots: opts.n_slots });
+    this.model = { ...unloadedModel({ id: opts.model_id, path: opts.model_path, n_ctx: opts.n_ctx, slots: opts.n_slots }), ...specOf(opts) };
     this.readyPromise = new Promise((res, rej) => {
       this.readyResolve = res;
       this.readyReject = rej;
@@ -135,6 +144,11 @@ class WorkerEngine implements ManagedEngine {
     this.readyPromise.catch(() => {}); // observed via ready(); never an unhandled rejection
     const load: NativeLoadOptions = { model_path: opts.model_path, n_ctx: opts.n_ctx, n_slots: opts.n_slots, n_threads: opts.n_threads, max_batch: opts.max_batch ?? 512, device: opts.device ?? "cpu" };
     if (opts.spec !== undefined) load.spec = opts.spec;
+    load.model_id = opts.model_id;
+    if (opts.spec === "draft" && opts.draft_model_path !== undefined) {
+      load.draft_model_path = opts.draft_model_path;
+      if (opts.draft_model_id !== undefined) load.draft_model_id = opts.draft_model_id;
+    }
     if ((opts.cache_ram_mib ?? 0) > 0) {
       this.ownedCachePath = opts.cache_path === undefined ? newCachePath(opts.cache_ram_mib! * 1024 * 1024) : null;
       load.cache_ram_mib = opts.cache_ram_mib;
@@ -165,6 +179,9 @@ class WorkerEngine implements ManagedEngine {
           eos_token: info.eos_token,
           add_bos: info.add_bos,
           control_tokens: info.control_tokens,
+          // What the worker runs (a model that cannot roll back K/V does not draft).
+          spec: info.spec ?? "off",
+          ...(info.spec === "draft" && this.opts.draft_model_id !== undefined ? { draft_model: this.opts.draft_model_id } : {}),
         };
         // The kernels are compiled ahead of time; what a worker still compiles while serving is a
         // CUDA model's graph capture of a decode step (once per batch width), counted from here.

@@ -23,8 +23,16 @@ export interface NativeLoadOptions {
   cache_dir?: string;
   /** Cap of the disk tier in MiB (0 or absent = none). */
   cache_disk_mib?: number;
-  /** Speculative decoding: "ngram" drafts from the request's own prompt and output (absent = off). */
-  spec?: "ngram" | "off";
+  /**
+   * Speculative decoding: "ngram" drafts from the request's own prompt and output, "draft" from
+   * the model at draft_model_path (absent = off).
+   */
+  spec?: "ngram" | "draft" | "off";
+  /** The draft model's GGUF (with spec "draft" only): same vocabulary, rollable K/V, enough context. */
+  draft_model_path?: string;
+  /** Names the load's errors give the model and the draft model (default: their paths). */
+  model_id?: string;
+  draft_model_id?: string;
   /** Draft tokens per sequence per step, at most (default 8). */
   spec_draft_max?: number;
 }
@@ -54,6 +62,10 @@ export interface NativeModelInfo {
   device: "cpu" | "cuda";
   /** The start-up gate's verdict on that set: "passed" (a set that fails does not load). */
   certification: string;
+  /** The speculative decoding that runs. */
+  spec: "off" | "ngram" | "draft";
+  /** The draft model, with spec "draft". */
+  draft?: { architecture: string; n_ctx_train: number; n_layer: number; n_embd: number; file_bytes: number };
   /** Filled in by the worker (identity.ts), not the addon. */
   deployment_id?: string;
   /** K/V bytes of one position of one slot (what the host cache stores per token). */
@@ -212,6 +224,8 @@ export interface NativeAddon {
   Engine: new () => NativeEngine;
   /** From the GGUF header alone; n_ctx_train is 0 when the file does not say. Throws for a file that is not GGUF. */
   ggufContext: (model_path: string) => { architecture: string; n_ctx_train: number };
+  /** Null, or why the draft model cannot draft for the model (vocabulary, training context), from their headers alone; names both ids. */
+  checkDraft: (model_path: string, draft_path: string, n_ctx: number, model_id: string, draft_id: string) => string | null;
   /** Present in an addon linked with the CUDA kernel set. */
   cuda?: true;
   cudaProbe?: () => CudaProbe;

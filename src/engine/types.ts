@@ -56,6 +56,9 @@ export interface ModelInfo extends TemplateModel {
   n_vocab: number;
   file_bytes: number;
   bpw: number;
+  /** Speculative decoding that runs (--spec; absent = off), and the draft model's id with "draft". */
+  spec?: "off" | "ngram" | "draft";
+  draft_model?: string;
 }
 
 export interface EngineStats {

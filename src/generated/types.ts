@@ -826,6 +826,8 @@ export interface components {
             component_set_sha?: string | null;
             /** @description Id of the compiled programs this server runs (null until set). */
             deployment_id?: string | null;
+            /** @description Id of the draft model (--draft) with spec draft; null otherwise. */
+            draft_model?: string | null;
             /**
              * Format: int64
              * @description Bytes of the host memory prompt cache, each copy counted once.
@@ -875,6 +877,11 @@ export interface components {
              * @description Bytes of saved slot state points that host_cache_bytes does not already count.
              */
             snapshot_bytes?: number;
+            /**
+             * @description Speculative decoding that runs (--spec): off, n-gram drafts from the request's own text, or drafts from a draft model (--draft).
+             * @enum {string}
+             */
+            spec?: "off" | "ngram" | "draft";
             /**
              * @description ok when the model is loaded, loading before (and while its worker restarts).
              * @enum {string}
@@ -931,6 +938,8 @@ export interface components {
             cache_ram_mib?: number;
             /** @description Always 0. */
             created: number;
+            /** @description Id of the draft model (--draft) with spec draft; null otherwise. */
+            draft_model?: string | null;
             /** @description Weights in device memory, GB. */
             gb?: number;
             /**
@@ -948,6 +957,11 @@ export interface components {
             prefix_cache?: boolean;
             /** @description Requests decoded together (--slots). */
             slots?: number;
+            /**
+             * @description Speculative decoding that runs (--spec).
+             * @enum {string}
+             */
+            spec?: "off" | "ngram" | "draft";
             /** @description Weights file loaded. */
             weights?: string;
         };

@@ -20,6 +20,8 @@ export function modelObject(deps: AppDeps): Model {
     prefix_cache: info.prefix_cache,
     slots: m.slots,
     cache_ram_mib: info.cache_ram_mib,
+    spec: m.spec ?? "off",
+    draft_model: m.draft_model ?? null,
   };
   // Size and bits per weight are known only once the worker has mapped the file.
   if (m.file_bytes > 0) out.gb = Math.round((m.file_bytes / 1e9) * 1000) / 1000;

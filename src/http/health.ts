@@ -51,6 +51,8 @@ export function healthBody(deps: AppDeps): Health {
     // null before the engine was first ready; the same figure as mashbox:compiles_after_ready_total.
     compiles_after_ready: s.compiles_after_ready ?? null,
     routed_experts: routedExperts(s.routed_expert_calls),
+    spec: deps.engine.model.spec ?? "off",
+    draft_model: deps.engine.model.draft_model ?? null,
     worker_restarts: s.worker_restarts,
   };
   if (s.worker_pid !== null) body.worker_pid = s.worker_pid;

@@ -69,6 +69,12 @@ describe("cli", function () {
     expect(() => parseRunArgs(["--port", "http"])).to.throw(/--port/);
     expect(() => parseRunArgs(["--device", "tpu"])).to.throw(/--device/);
     expect(() => parseRunArgs(["--bogus"])).to.throw();
+    // --draft implies --spec draft; --spec draft needs --draft; --spec says otherwise and wins.
+    expect(parseRunArgs(["--draft", "qwen2.5-coder-0.5b"])).to.include({ spec: "draft", draft: "qwen2.5-coder-0.5b" });
+    expect(parseRunArgs(["--draft", "m.gguf", "--spec", "ngram"])).to.include({ spec: "ngram", draft: undefined });
+    expect(parseRunArgs([])).to.include({ spec: "off", draft: undefined });
+    expect(() => parseRunArgs(["--spec", "draft"])).to.throw(/--spec draft needs --draft MODEL/);
+    expect(() => parseRunArgs(["--spec", "eagle"])).to.throw(/--spec must be ngram, draft or off/);
     const r = cli(["run", "--slots", "0"]);
     expect(r.status).to.equal(2);
     expect(r.stderr).to.match(/--slots must be between 1/);

@@ -123,6 +123,82 @@ static void test_adapt_and_accept() {
 }
 
 // Chi-square statistic of counts against probabilities p over n draws.
+// The draft budget: a step's extra rows are cheap only while it stays bound by reading weights.
+static void test_draft_budget() {
+  DraftPolicy p;  // draft_max 8, 16 spec rows, floor 0.3, probe every 8
+  CHECK_EQ(draft_budget(p, 1, 1.0, 0), p.draft_max);  // one sequence, predictable text: all of it
+  CHECK_EQ(draft_budget(p, 0, 1.0, 0), 0);
+  // Non-increasing in the number of decoding sequences, at every acceptance, and nothing left
+  // once the step carries spec_rows decode rows.
+  for (double a : {1.0, 0.8, 0.5, 0.31, 0.2, 0.0})
+    for (int held : {0, 3, 8, 20}) {
+      int prev = draft_budget(p, 1, a, held);
+      for (int n = 2; n <= 40; n++) {
+        const int b = draft_budget(p, n, a, held);
+        check(b <= prev, "draft budget non-increasing in decoding sequences (n " + std::to_string(n) + ")");
+        check(b >= 0 && b <= p.draft_max, "draft budget within [0, draft_max]");
+        if (n >= p.spec_rows) CHECK_EQ(b, 0);
+        prev = b;
+      }
+    }
+  CHECK(draft_budget(p, 2, 1.0, 0) < p.draft_max);
+  CHECK(draft_budget(p, 4, 1.0, 0) > 0);
+  // Below the acceptance floor: nothing, except the one-token probe after probe_every steps.
+  for (int held = 0; held < p.probe_every; held++) CHECK_EQ(draft_budget(p, 1, 0.29, held), 0);
+  CHECK_EQ(draft_budget(p, 1, 0.29, p.probe_every), 1);
+  CHECK_EQ(draft_budget(p, 1, 0.0, 100), 1);
+  CHECK_EQ(draft_budget(p, p.spec_rows, 0.0, 100), 0);  // no probe where no rows are left
+  CHECK_EQ(draft_budget(p, 1, 0.3, 0), p.draft_max);  // at the floor, drafting goes on
+  // The acceptance estimate: a run of rejections takes it under the floor within a few steps, a
+  // run of acceptances back above it; steps without drafts leave it alone.
+  double a = 1.0;
+  int steps = 0;
+  while (a >= p.acceptance_floor) {
+    a = update_acceptance(a, 4, 0);
+    steps++;
+  }
+  CHECK(steps >= 2 && steps <= 5);
+  CHECK_EQ(update_acceptance(a, 0, 0), a);
+  for (int i = 0; i < 3; i++) a = update_acceptance(a, 1, 1);
+  CHECK(a >= p.acceptance_floor);
+  CHECK(update_acceptance(0.5, 4, 4) > 0.5 && update_acceptance(0.5, 4, 0) < 0.5);
+  DraftPolicy q = p;
+  q.draft_max = 3;
+  CHECK_EQ(draft_budget(q, 1, 1.0, 0), 3);
+  // Measured costs. Step costs interpolate between measured sizes; past the largest, the largest.
+  DraftPolicy m = p;
+  m.step_cost = {0, 80, 0, 0, 0, 120, 0};
+  CHECK_EQ(step_cost_at(m, 1), 80.0);
+  CHECK_EQ(step_cost_at(m, 3), 100.0);
+  CHECK_EQ(step_cost_at(m, 9), 120.0);
+  CHECK_EQ(step_cost_at(DraftPolicy{}, 4), 1.0);
+  CHECK_EQ(draft_budget(m, 2, 1.0, 0), 0);  // the plain step of 2 rows is not measured yet
+  CHECK(draft_budget(m, 1, 1.0, 0) > 0);     // 1 row is, and more rows look free: drafts are tried
+  // Verification rows that cost six decode steps (measured on a 2-core box: 1 row 83 ms, 2 rows
+  // 100, 5 rows 508) and a draft model forward of 64 ms: no length pays, so nothing but the probe.
+  m.step_cost = {0, 83, 100, 0, 0, 508, 0, 0, 0, 0};
+  m.draft_forward_cost = 64;
+  CHECK_EQ(draft_budget(m, 1, 1.0, 0), 0);
+  CHECK_EQ(draft_budget(m, 1, 1.0, m.probe_every), 0);
+  CHECK_EQ(draft_budget(m, 1, 1.0, m.probe_every * m.cost_probe_factor), 1);
+  // The same rows with free n-gram drafts: one or two pay (1.95 tokens for 100 against 1 for 83).
+  m.draft_forward_cost = 0;
+  CHECK(draft_budget(m, 1, 1.0, 0) >= 1);
+  // Rows nearly free (weight-bound decode), a draft forward a third of a step: long drafts at high
+  // acceptance, shorter as it falls.
+  m.step_cost = {0, 100, 102, 104, 106, 108, 110, 112, 114, 116};
+  m.draft_forward_cost = 32;
+  CHECK(draft_budget(m, 1, 1.0, 0) >= 5);
+  CHECK_EQ(draft_budget(m, 1, 0.8, 0), 3);  // 2.95 tokens for 202 beats 2.44 / 168 and 3.36 / 236
+  int prev = p.draft_max;
+  for (double a : {1.0, 0.9, 0.8, 0.6, 0.4, 0.3}) {
+    const int b = draft_budget(m, 1, a, 0);
+    check(b <= prev, "costly drafts: shorter as acceptance falls");
+    prev = b;
+  }
+  CHECK_EQ(draft_budget(m, 1, 0.2, 0), 0);
+}
+
 static double chi2(const std::vector<int>& counts, const std::vector<double>& p, int n) {
   double x = 0;
   for (size_t i = 0; i < p.size(); i++) {
@@ -193,6 +269,7 @@ int main() {
   test_plan_batch();
   test_draft_ngram();
   test_adapt_and_accept();
+  test_draft_budget();
   test_acceptance_distribution();
   TEST_MAIN_END();
 }
