@@ -375,9 +375,10 @@ inline int hsum_i32_4(__m128i p) {
   p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtsi128_si32(p);
 }
-// A decode step streams each row once from memory: fetch kPrefetchAhead bytes ahead of the
-// super-block being read, every line of it (measured on the 1.5B's Q6_K output matrix, one
-// thread, busy machine: best of 3, 24 ms with it, 39 ms without). Prefetches never fault.
+// A decode step (and a step of a few tokens) streams each row once from memory: fetch
+// kPrefetchAhead bytes ahead of the super-block being read, every line of it (measured on the
+// 1.5B's Q6_K output matrix, one thread, busy machine: best of 3, 24 ms with it, 39 ms without).
+// Prefetches never fault.
 constexpr size_t kPrefetchAhead = 1024;
 template <size_t BYTES> inline void prefetch_block(const void* b, size_t ahead) {
   for (size_t o = 0; o < BYTES; o += 64) _mm_prefetch((const char*)b + ahead + o, _MM_HINT_T0);
@@ -401,7 +402,7 @@ inline void kq45_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       b[r] = (const W*)(w + r * ws) + i;
-      if constexpr (NT == 1 && kPrefetchAhead > 0) prefetch_block<sizeof(W)>(b[r], kPrefetchAhead);
+      if constexpr (kPrefetchAhead > 0) prefetch_block<sizeof(W)>(b[r], kPrefetchAhead);
       uint64_t sc;
       unpack_scales_mins(b[r]->scales, &sc, &mn[r]);
       sc16[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -469,7 +470,7 @@ inline void q6_K_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       b[r] = (const block_q6_K*)(w + r * ws) + i;
-      if constexpr (NT == 1 && kPrefetchAhead > 0) prefetch_block<sizeof(block_q6_K)>(b[r], kPrefetchAhead);
+      if constexpr (kPrefetchAhead > 0) prefetch_block<sizeof(block_q6_K)>(b[r], kPrefetchAhead);
     }
     const block_q8_K* xb[NT];
 #pragma GCC unroll 4
@@ -543,20 +544,16 @@ inline void kquant_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
     default: kquant_kernel<KIND, NR, 1>(k, w, ws, x, xs, y, ldy); break;
   }
 }
-// nt == 1 (decode): one row after the other, so the matrix is read as one sequential stream
-// (measured: 4 rows at once, as for the legacy types, streamed the 1.5B's Q6_K output matrix at a
-// third of one row's rate, prefetching or not). nt > 1: pairs of rows x nt tokens (8 accumulators
-// at most, as for the legacy types).
+// One row after the other, each with all nt tokens, so the matrix is read as one sequential,
+// prefetched stream for any token count (measured: 4 rows at once, as for the legacy types,
+// streamed the 1.5B's Q6_K output matrix at a third of one row's rate, prefetching or not; pairs
+// of rows without the prefetch made 2 tokens cost 4.4x one token there, 12.7 ms with one row).
+// Every (row, token) sum runs the same instructions in the same order whatever nr and nt are, so
+// the bits do not depend on the batch.
 template <int KIND>
 void kquant_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
                  size_t ldy) {
-  if (nt == 1) {
-    for (int r = 0; r < nr; r++) kquant_kernel<KIND, 1, 1>(k, w + r * ws, ws, x, xs, y + r, ldy);
-    return;
-  }
-  int r = 0;
-  for (; r + 2 <= nr; r += 2) kquant_rows<KIND, 2>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
-  if (r < nr) kquant_rows<KIND, 1>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
+  for (int r = 0; r < nr; r++) kquant_rows<KIND, 1>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
 }
 template <int KIND> float kquant_dot(int64_t k, const void* w, const void* x) {
   float y;
