@@ -4,7 +4,7 @@
 // for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
 // usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME] [--tokens T] [--threads N]
 //   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8, avx512-no16); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
+//   avx512vnni, avx512-g8, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
 //   a few streams or speculative verification rows) instead of 1, 8, 32, 512; --threads: that
 //   thread count only;
 //   --cold: each call reads a different copy of the matrix, out of copies that together exceed
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
   // and without the 16-row K-quant GEMM (Gemm8 for every T): what Gemm16 gains
-  KernelTable one_group{}, no16{};
+  KernelTable one_group{}, no16{}, tiles_only{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
     no16.name = "avx512-no16";
     for (Gemm16& g : no16.gemm16) g = {};
     tables.push_back(&no16);
+    // and with neither GEMM (the tiles for every T): what Gemm8 gains over them
+    tiles_only = no16;
+    tiles_only.name = "avx512-tiles";
+    for (Gemm8& g : tiles_only.gemm8) g = {};
+    tables.push_back(&tiles_only);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
