@@ -7,6 +7,7 @@
 // float steps after it are theirs: the bits are the same in both sets, alone or in a batch.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -55,9 +56,10 @@ template <size_t BYTES> inline void prefetch_block(const void* b) {
 // two dpbusd results (8 int32 each) as int16 for dpwssd: per 128-bit lane, a's 4 then b's 4
 inline __m256i narrow(__m256i a, __m256i b) { return _mm256_packs_epi32(a, b); }
 
-// One Q4_K row x NT tokens. Sub-block 2j: low nibbles of qs[32j..], activations qs[64j..];
+// One Q4_K row x NT tokens, of which the first NS are real and stored (NS < NT: the last real one
+// repeated, whose lanes cost less than a shorter kernel's scalar steps). Sub-block 2j: low nibbles of qs[32j..], activations qs[64j..];
 // 2j + 1: high nibbles, activations qs[64j + 32..].
-template <int NT>
+template <int NT, int NS = NT>
 void q4_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y, size_t ldy) {
   const int64_t nb = k / QK_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -73,7 +75,7 @@ void q4_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y
     const __m128i s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc));  // s0..s7
     const block_q8_K* xb[NT];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) xb[t] = (const block_q8_K*)(x + t * xs) + i;
+    for (int t = 0; t < NT; t++) xb[t] = (const block_q8_K*)(x + std::min(t, NS - 1) * xs) + i;
     __m256i acc[NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
@@ -115,12 +117,12 @@ void q4_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y
   }
   if constexpr (NT == 4) _mm_storeu_ps(sumf, sumv);
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; t++) y[t * ldy] = sumf[t];
+  for (int t = 0; t < NS; t++) y[t * ldy] = sumf[t];
 }
 
 // One Q6_K row x NT tokens. The 32 values 128n + 32u .. +31 take scales 8n + 2u (low lane) and
 // 8n + 2u + 1 (high lane); the -32 offset goes through the bsums, as in the AVX2 kernel.
-template <int NT>
+template <int NT, int NS = NT>
 void q6_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y, size_t ldy) {
   const int64_t nb = k / QK_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
@@ -138,7 +140,7 @@ void q6_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y
     prefetch_block<sizeof(block_q6_K)>(b);
     const block_q8_K* xb[NT];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) xb[t] = (const block_q8_K*)(x + t * xs) + i;
+    for (int t = 0; t < NT; t++) xb[t] = (const block_q8_K*)(x + std::min(t, NS - 1) * xs) + i;
     __m256i acc[NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
@@ -192,7 +194,7 @@ void q6_K_row(int64_t k, const uint8_t* w, const uint8_t* x, size_t xs, float* y
   }
   if constexpr (NT == 4) _mm_storeu_ps(sumf, sumv);
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; t++) y[t * ldy] = sumf[t];
+  for (int t = 0; t < NS; t++) y[t * ldy] = sumf[t];
 }
 
 template <void (*ROW1)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t),
@@ -215,11 +217,11 @@ void rows(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size
 
 void tile_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
                size_t ldy) {
-  rows<q4_K_row<1>, q4_K_row<2>, q4_K_row<3>, q4_K_row<4>>(k, w, ws, nr, x, xs, nt, y, ldy);
+  rows<q4_K_row<1>, q4_K_row<2>, q4_K_row<4, 3>, q4_K_row<4>>(k, w, ws, nr, x, xs, nt, y, ldy);
 }
 void tile_q6_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
                size_t ldy) {
-  rows<q6_K_row<1>, q6_K_row<2>, q6_K_row<3>, q6_K_row<4>>(k, w, ws, nr, x, xs, nt, y, ldy);
+  rows<q6_K_row<1>, q6_K_row<2>, q6_K_row<4, 3>, q6_K_row<4>>(k, w, ws, nr, x, xs, nt, y, ldy);
 }
 
 }  // namespace avx512
