@@ -142,6 +142,9 @@ static KernelTable build_avx512() {
   k.tile[S_Q5_1] = avx512::vnni_tile<GgmlType::Q5_1>;
   k.tile[S_Q8_0] = avx512::vnni_tile<GgmlType::Q8_0>;
   k.tile[S_MXFP4] = avx512::vnni_tile<GgmlType::MXFP4>;
+  // the K-quants' integer sums are exact in any order, so these keep the AVX2 tiles' bits
+  k.tile[S_Q4_K] = avx512::tile_q4_K;
+  k.tile[S_Q6_K] = avx512::tile_q6_K;
   k.gemm8[S_Q4_0] = avx512::gemm8_q4_0;
   k.gemm8[S_Q4_1] = avx512::gemm8_q4_1;
   k.gemm8[S_Q5_0] = avx512::gemm8_q5_0;

@@ -45,6 +45,9 @@ struct Gemm8 {
   // unpacked once for all of them; the same bits as run on each group.
   void (*run_n)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, size_t group_bytes,
                 int n_groups, int nt, float* y, size_t ldy);
+  // The fewest tokens a last, short group must have to go through run (fewer go to the tile
+  // kernels): where run's cost does not shrink with nt, the tiles win below it.
+  int min_tokens = 4;
 };
 
 // Optional GEMM over blocks of 16 weight rows (the AVX-512 VNNI set has one for Q4_K, Q6_K, Q4_0,

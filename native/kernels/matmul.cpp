@@ -21,7 +21,6 @@ constexpr size_t kTokBlockBytes = 8 * 1024;  // activation bytes per token block
 constexpr size_t kL2Budget = 1 << 20;        // weight bytes per thread assumed to stay in L2
 constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
 constexpr int kGemm8Group = 8;          // tokens per Gemm8 group
-constexpr int kGemm8MinTokens = 4;      // a last group with fewer tokens goes to the tile kernels instead
 // Gemm8 chunks: about this many per thread (fewer leave a thread idle at the end when the other
 // was preempted), of at most this many rows (more gain nothing: ~10 us of work at K = 576)
 constexpr int kChunksPerThread = 16;
@@ -49,7 +48,7 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   const Gemm16& g16 = kt.gemm16[slot];
   const bool use16 = g16.run && T >= kGemm16MinTokens;
   const Gemm8& g8 = kt.gemm8[slot];
-  const int ng = g8.run && !use16 ? T / kGemm8Group + (T % kGemm8Group >= kGemm8MinTokens ? 1 : 0) : 0;
+  const int ng = g8.run && !use16 ? T / kGemm8Group + (T % kGemm8Group >= g8.min_tokens ? 1 : 0) : 0;
   const int tg = std::min(T, ng * kGemm8Group);
   const size_t gpb = ng ? g8.packed_bytes(K) : 0;  // packed bytes per group
 

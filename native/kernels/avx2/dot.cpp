@@ -375,9 +375,26 @@ inline int hsum_i32_4(__m128i p) {
   p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtsi128_si32(p);
 }
-// A decode step streams each row once from memory: fetch kPrefetchAhead bytes ahead of the
-// super-block being read, every line of it (measured on the 1.5B's Q6_K output matrix, one
-// thread, busy machine: best of 3, 24 ms with it, 39 ms without). Prefetches never fault.
+// Lane t: the sum of v[t]'s 8 (or 4) int32, for 4 vectors at once (an integer sum in any order
+// is the same, so a token's sums match hsum_i32_8 and hsum_i32_4 exactly).
+inline __m128i hsum4_i32_8(const __m256i* v) {
+  const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+inline __m128i hsum4_i32_4(const __m128i* v) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+}
+// The activation scales of NT <= 4 tokens' blocks as lanes (0 past NT).
+template <int NT> inline __m128 token_scales(const block_q8_K* const* xb) {
+  alignas(16) float d[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; t++) d[t] = xb[t]->d;
+  return _mm_load_ps(d);
+}
+// A decode step (and a step of a few tokens) streams each row once from memory: fetch
+// kPrefetchAhead bytes ahead of the super-block being read, every line of it (measured on the
+// 1.5B's Q6_K output matrix, one thread, busy machine: best of 3, 24 ms with it, 39 ms without).
+// Prefetches never fault.
 constexpr size_t kPrefetchAhead = 1024;
 template <size_t BYTES> inline void prefetch_block(const void* b, size_t ahead) {
   for (size_t o = 0; o < BYTES; o += 64) _mm_prefetch((const char*)b + ahead + o, _MM_HINT_T0);
@@ -389,6 +406,7 @@ inline void kq45_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
   using W = std::conditional_t<KIND == 4, block_q4_K, block_q5_K>;
   const int64_t nb = k / QK_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  __m128 sumv = _mm_setzero_ps();  // NR == 1, NT > 1: sumf[0][t] in lane t
   float sumf[NR][NT];
 #pragma GCC unroll 4
   for (int r = 0; r < NR; r++)
@@ -401,7 +419,7 @@ inline void kq45_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       b[r] = (const W*)(w + r * ws) + i;
-      if constexpr (NT == 1 && kPrefetchAhead > 0) prefetch_block<sizeof(W)>(b[r], kPrefetchAhead);
+      if constexpr (kPrefetchAhead > 0) prefetch_block<sizeof(W)>(b[r], kPrefetchAhead);
       uint64_t sc;
       unpack_scales_mins(b[r]->scales, &sc, &mn[r]);
       sc16[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -436,18 +454,44 @@ inline void kq45_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
         }
       }
     }
+    if constexpr (NR == 1 && NT == 4) {
+      // four tokens' sums and float steps side by side, one per lane: the same operations on the
+      // same values as the scalar step below, which T = 1 runs (measured, one thread, 1.5B's Q4_K
+      // gate/up: 4 tokens 1.18 -> 0.98 ms; for 2 and 3 tokens the lanes cost more than they save,
+      // 0.70 -> 0.88 at 2)
+      const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn[0]));
+      __m256i a[4];
+      __m128i p[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-      const __m128i bs = bsum_pairs(xb[t]->bsums);
+      for (int t = 0; t < 4; t++) {
+        a[t] = t < NT ? acc[0][t] : _mm256_setzero_si256();
+        p[t] = t < NT ? _mm_madd_epi16(bsum_pairs(xb[t]->bsums), m) : _mm_setzero_si128();
+      }
+      const __m128 xd = token_scales<NT>(xb);
+      const __m128 d = _mm_mul_ps(_mm_set1_ps(fp16(b[0]->d)), xd), dmin = _mm_mul_ps(_mm_set1_ps(fp16(b[0]->dmin)), xd);
+      const __m128 v = _mm_fmsub_ps(d, _mm_cvtepi32_ps(hsum4_i32_8(a)), _mm_mul_ps(dmin, _mm_cvtepi32_ps(hsum4_i32_4(p))));
+      sumv = _mm_add_ps(sumv, v);
+    } else {
 #pragma GCC unroll 4
-      for (int r = 0; r < NR; r++) {
-        const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn[r]));
-        const int summ = hsum_i32_4(_mm_madd_epi16(bs, m));
-        const int sumi = hsum_i32_8(acc[r][t]);
-        const float d = fp16(b[r]->d) * xb[t]->d, dmin = fp16(b[r]->dmin) * xb[t]->d;
-        sumf[r][t] = sumf[r][t] + std::fma(d, (float)sumi, -(dmin * (float)summ));
+      for (int t = 0; t < NT; t++) {
+        const __m128i bs = bsum_pairs(xb[t]->bsums);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+          const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn[r]));
+          const int summ = hsum_i32_4(_mm_madd_epi16(bs, m));
+          const int sumi = hsum_i32_8(acc[r][t]);
+          const float d = fp16(b[r]->d) * xb[t]->d, dmin = fp16(b[r]->dmin) * xb[t]->d;
+          sumf[r][t] = sumf[r][t] + std::fma(d, (float)sumi, -(dmin * (float)summ));
+        }
       }
     }
+  }
+  if constexpr (NR == 1 && NT == 4) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, sumv);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[t * ldy] = out[t];
+    return;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < NR; r++)
@@ -459,6 +503,7 @@ template <int NR, int NT>
 inline void q6_K_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, size_t ldy) {
   const int64_t nb = k / QK_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  __m128 sumv = _mm_setzero_ps();  // NR == 1, NT > 1: sumf[0][t] in lane t
   float sumf[NR][NT];
 #pragma GCC unroll 4
   for (int r = 0; r < NR; r++)
@@ -469,7 +514,7 @@ inline void q6_K_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       b[r] = (const block_q6_K*)(w + r * ws) + i;
-      if constexpr (NT == 1 && kPrefetchAhead > 0) prefetch_block<sizeof(block_q6_K)>(b[r], kPrefetchAhead);
+      if constexpr (kPrefetchAhead > 0) prefetch_block<sizeof(block_q6_K)>(b[r], kPrefetchAhead);
     }
     const block_q8_K* xb[NT];
 #pragma GCC unroll 4
@@ -509,17 +554,38 @@ inline void q6_K_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
       }
     }
     // subtract 32 * sum_g scale_g * bsum_g
+    if constexpr (NR == 1 && NT == 4) {
+      // the tokens side by side, one per lane, as in kq45_kernel
+      const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b[0]->scales));
+      __m256i a[4], o[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)xb[t]->bsums);
+      for (int t = 0; t < 4; t++) {
+        a[t] = t < NT ? acc[0][t] : _mm256_setzero_si256();
+        o[t] = t < NT ? _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i*)xb[t]->bsums)) : _mm256_setzero_si256();
+      }
+      const __m128i sumi = _mm_sub_epi32(hsum4_i32_8(a), _mm_slli_epi32(hsum4_i32_8(o), 5));
+      const __m128 d = _mm_mul_ps(_mm_set1_ps(fp16(b[0]->d)), token_scales<NT>(xb));
+      sumv = _mm_fmadd_ps(d, _mm_cvtepi32_ps(sumi), sumv);
+    } else {
 #pragma GCC unroll 4
-      for (int r = 0; r < NR; r++) {
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b[r]->scales));
-        const int off = hsum_i32_8(_mm256_madd_epi16(s16, bs));
-        const int sumi = hsum_i32_8(acc[r][t]) - 32 * off;
-        sumf[r][t] = std::fma(fp16(b[r]->d) * xb[t]->d, (float)sumi, sumf[r][t]);
+      for (int t = 0; t < NT; t++) {
+        const __m256i bs = _mm256_loadu_si256((const __m256i*)xb[t]->bsums);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+          const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b[r]->scales));
+          const int off = hsum_i32_8(_mm256_madd_epi16(s16, bs));
+          const int sumi = hsum_i32_8(acc[r][t]) - 32 * off;
+          sumf[r][t] = std::fma(fp16(b[r]->d) * xb[t]->d, (float)sumi, sumf[r][t]);
+        }
       }
     }
+  }
+  if constexpr (NR == 1 && NT == 4) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, sumv);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[t * ldy] = out[t];
+    return;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < NR; r++)
@@ -543,20 +609,16 @@ inline void kquant_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x
     default: kquant_kernel<KIND, NR, 1>(k, w, ws, x, xs, y, ldy); break;
   }
 }
-// nt == 1 (decode): one row after the other, so the matrix is read as one sequential stream
-// (measured: 4 rows at once, as for the legacy types, streamed the 1.5B's Q6_K output matrix at a
-// third of one row's rate, prefetching or not). nt > 1: pairs of rows x nt tokens (8 accumulators
-// at most, as for the legacy types).
+// One row after the other, each with all nt tokens, so the matrix is read as one sequential,
+// prefetched stream for any token count (measured: 4 rows at once, as for the legacy types,
+// streamed the 1.5B's Q6_K output matrix at a third of one row's rate, prefetching or not; pairs
+// of rows without the prefetch made 2 tokens cost 4.4x one token there, 12.7 ms with one row).
+// Every (row, token) sum runs the same instructions in the same order whatever nr and nt are, so
+// the bits do not depend on the batch.
 template <int KIND>
 void kquant_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
                  size_t ldy) {
-  if (nt == 1) {
-    for (int r = 0; r < nr; r++) kquant_kernel<KIND, 1, 1>(k, w + r * ws, ws, x, xs, y + r, ldy);
-    return;
-  }
-  int r = 0;
-  for (; r + 2 <= nr; r += 2) kquant_rows<KIND, 2>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
-  if (r < nr) kquant_rows<KIND, 1>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
+  for (int r = 0; r < nr; r++) kquant_rows<KIND, 1>(k, w + r * ws, ws, x, xs, nt, y + r, ldy);
 }
 template <int KIND> float kquant_dot(int64_t k, const void* w, const void* x) {
   float y;

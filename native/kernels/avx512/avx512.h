@@ -21,6 +21,12 @@ void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x,
                size_t ldy);
 template <GgmlType WT> float vnni_dot(int64_t k, const void* w, const void* x);
 
+// kquant.cpp (same flags): Q4_K and Q6_K tiles with vpdpbusd/vpdpwssd, the AVX2 tiles' bits.
+void tile_q4_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy);
+void tile_q6_K(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,
+               size_t ldy);
+
 // flash_f32.cpp (AVX-512 F/BW/DQ/VL) and flash_bf16.cpp (also AVX-512 BF16): attention in one
 // pass with an online softmax (flash.h), held to ref::flash_attention within a tolerance. The
 // bf16 one rounds the probabilities and values to bf16 for vdpbf16ps. Head dims other than 64 and

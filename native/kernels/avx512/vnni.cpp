@@ -526,8 +526,12 @@ extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, run_one<Ggm
 extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, run_one<GgmlType::Q5_1>, run_n<GgmlType::Q5_1>};
 extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, run_one<GgmlType::Q8_0>, run_n<GgmlType::Q8_0>};
 extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, run_one<GgmlType::MXFP4>, run_n<GgmlType::MXFP4>};
-extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>};
-extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>};
+// The K-quant pairs cost the same for 1 to 8 tokens, and the tiles (kquant.cpp: one row x up to
+// 4 tokens) beat them for every short group (1.5B's shapes, 2 threads, --cold, best ms, tiles vs
+// Gemm8: Q4_K gate/up 1536->8960 T=4 0.82 vs 1.73, T=6 1.40 vs 1.72, T=7 1.62 vs 1.75; Q6_K
+// output 1536->151936 T=4 13.6 vs 60.8, T=7 28.5 vs 62.1), so only full groups come here.
+extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>, nullptr, 8};
+extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>, nullptr, 8};
 
 template <GgmlType WT>
 void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,

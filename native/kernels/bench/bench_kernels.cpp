@@ -4,7 +4,9 @@
 // for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
 // usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME] [--tokens T] [--threads N]
 //   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8, avx512-no16); --tokens, --threads: that T (1: decode) or thread count only;
+//   avx512vnni, avx512-g8, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
+//   a few streams or speculative verification rows) instead of 1, 8, 32, 512; --threads: that
+//   thread count only;
 //   --cold: each call reads a different copy of the matrix, out of copies that together exceed
 //   kColdBytes (more than the L3), so the weights come from memory as in a model's decode step,
 //   where every matrix is read once per token (without it a matrix that fits in the L3 is timed
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* only = nullptr;
   const char* table = nullptr;
-  int only_T = 0, only_threads = 0;
+  std::vector<int> token_counts = {1, 8, 32, 512};
+  int only_threads = 0;
   bool cold = false;
   constexpr size_t kColdBytes = 256u << 20;
   for (int i = 1; i < argc; i++) {
@@ -47,7 +50,16 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--cold") == 0) cold = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) table = argv[++i];
-    else if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) only_T = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+      token_counts.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end;
+        const long t = std::strtol(p, &end, 10);
+        if (end == p) break;
+        if (t > 0) token_counts.push_back((int)t);
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     else if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = std::atoi(argv[++i]);
   }
   const Shape shapes[] = {
@@ -66,7 +78,10 @@ int main(int argc, char** argv) {
       {"q05 down 4864->896", GgmlType::Q6_K, 4864, 896},
       {"q05 output 896->151936", GgmlType::Q8_0, 896, 151936},
       // Qwen2.5-Coder-1.5B Q4_K_M: Q4_K nearly everywhere, ffn_down half Q6_K, the Q6_K output
+      {"q15 k/v 1536->256", GgmlType::Q4_K, 1536, 256},
+      {"q15 k/v 1536->256", GgmlType::Q6_K, 1536, 256},
       {"q15 gate/up 1536->8960", GgmlType::Q4_K, 1536, 8960},
+      {"q15 down 8960->1536", GgmlType::Q4_K, 8960, 1536},
       {"q15 down 8960->1536", GgmlType::Q6_K, 8960, 1536},
       {"q15 output 1536->151936", GgmlType::Q6_K, 1536, 151936},
   };
@@ -75,7 +90,7 @@ int main(int argc, char** argv) {
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
   // and without the 16-row K-quant GEMM (Gemm8 for every T): what Gemm16 gains
-  KernelTable one_group{}, no16{};
+  KernelTable one_group{}, no16{}, tiles_only{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
@@ -86,6 +101,11 @@ int main(int argc, char** argv) {
     no16.name = "avx512-no16";
     for (Gemm16& g : no16.gemm16) g = {};
     tables.push_back(&no16);
+    // and with neither GEMM (the tiles for every T): what Gemm8 gains over them
+    tiles_only = no16;
+    tiles_only.name = "avx512-tiles";
+    for (Gemm8& g : tiles_only.gemm8) g = {};
+    tables.push_back(&tiles_only);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",
               "best ms", "mean ms", "cpu ms/thr", "W GB/s", "GFLOP/s");
@@ -116,8 +136,7 @@ int main(int argc, char** argv) {
       next_copy = (next_copy + 1) % n_copies;
       W.data = &copies[next_copy * wb];
     };
-    for (int T : {1, 8, 32, 512}) {
-      if (only_T && T != only_T) continue;
+    for (int T : token_counts) {
       std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       for (const KernelTable* kt : tables) {

@@ -471,7 +471,7 @@ static void test_rope() {
 
 // The 8-token GEMM must give the bits of the same table's tile and dot kernels for every token
 // computed alone, whatever the group split (full groups, a short last group, leftovers below
-// kGemm8MinTokens, steps of one to kGemm8MaxGroups groups, odd row counts) and thread count.
+// the kernel's min_tokens, steps of one to kGemm8MaxGroups groups, odd row counts) and thread count.
 static void test_gemm8_bits(const KernelTable& vt, ThreadPool* pool) {
   int tested = 0;
   for (GgmlType t : kWeightTypes) {
@@ -482,7 +482,7 @@ static void test_gemm8_bits(const KernelTable& vt, ThreadPool* pool) {
       const int64_t N = 45;
       auto w = random_rows(t, N, K);
       QMatrix W{t, K, N, w.data()};
-      for (int T : {4, 5, 7, 8, 9, 11, 12, 16, 19, 24, 28, 36, 64, 67}) {
+      for (int T : {4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 16, 19, 24, 28, 36, 64, 67}) {
         auto x = random_floats((size_t)T * K, 3.0f);
         std::vector<float> yv((size_t)T * N, NAN), ya((size_t)T * N, NAN);
         MatmulScratch sc;
