@@ -35,9 +35,9 @@
 // template leaves the tools out, so its prompts are about half as long as mashbox's (compare the
 // computed + cached columns) and the TTFT ratios are conservative for mashbox.
 import { spawn, execSync } from "node:child_process";
-import { readFileSync, writeFileSync, existsSync } from "node:fs";
+import { readFileSync, writeFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { availableParallelism } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { parseArgs } from "node:util";
 import { createHash } from "node:crypto";
 import { Ajv2020 } from "ajv/dist/2020.js";
@@ -446,9 +446,13 @@ function startServer(name, port) {
   let child;
   if (name === "mashbox") {
     const code = "const m = await import('./src/cli.ts'); process.exit(await m.main(process.argv.slice(1)));";
+    // A disk tier of its own: the default one (under the mashbox home) may hold earlier runs' states
+    // of these very prompts, which would make the cold turns warm and the comparison unfair.
+    const cacheDir = mkdtempSync(resolve(tmpdir(), "mashbox-agents-cache-"));
+    process.on("exit", () => rmSync(cacheDir, { recursive: true, force: true }));
     child = spawn(
       process.execPath,
-      ["--import", "tsx", "--input-type=module", "-e", code, "run", o.model, "--port", String(port), "--ctx", String(CTX), "--slots", String(SLOTS), "--threads", o.threads, "--cache-ram", o["cache-ram"]],
+      ["--import", "tsx", "--input-type=module", "-e", code, "run", o.model, "--port", String(port), "--ctx", String(CTX), "--slots", String(SLOTS), "--threads", o.threads, "--cache-ram", o["cache-ram"], "--cache-dir", cacheDir],
       { ...common, cwd: root },
     );
   } else {
