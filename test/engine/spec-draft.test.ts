@@ -10,8 +10,9 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
 import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions } from "../../src/engine/native.js";
-import type { GenerationEvent, GenerationRequest, SamplingParams } from "../../src/engine/types.js";
+import type { GenerationRequest, SamplingParams } from "../../src/engine/types.js";
 import { defaultModelPath, startTestServer } from "../helpers/server.js";
+import { collect } from "../helpers/events.js";
 
 const MODELS = `${process.env.HOME}/.cache/mashbox/models`;
 const QWEN_15 = `${MODELS}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`;
@@ -31,16 +32,6 @@ const PROMPTS = [
   "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
   "// Rename the variable count to total everywhere.\nfunction sum(xs) {\n  let count = 0;\n  for (const x of xs) count += x;\n  return count;\n}\n\nfunction sum(xs) {\n",
 ];
-
-async function collect(it: AsyncIterable<GenerationEvent>) {
-  const events: GenerationEvent[] = [];
-  for await (const e of it) events.push(e);
-  const text = events.map((e) => (e.type === "text" ? e.text : "")).join("");
-  const done = events.find((e) => e.type === "done") as Extract<GenerationEvent, { type: "done" }> | undefined;
-  const error = events.find((e) => e.type === "error");
-  expect(error, JSON.stringify(error)).to.equal(undefined);
-  return { text, done: done! };
-}
 
 /** Every prompt at once (one slot each) straight on the addon: token ids and done events by prompt. */
 async function runAddon(opts: Partial<NativeLoadOptions>) {

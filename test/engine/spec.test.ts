@@ -6,8 +6,9 @@
 import { expect } from "chai";
 import { existsSync } from "node:fs";
 import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
-import type { GenerationEvent, GenerationRequest, SamplingParams } from "../../src/engine/types.js";
+import type { GenerationRequest, SamplingParams } from "../../src/engine/types.js";
 import { literalGrammar } from "../helpers/script.js";
+import { collect } from "../helpers/events.js";
 
 const REAL = process.env.MB_MODEL ?? `${process.env.HOME}/.cache/mashbox/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const MODEL = existsSync(REAL) ? REAL : "test/fixtures/llama-q8_0.gguf";
@@ -16,16 +17,6 @@ const GREEDY: SamplingParams = { temperature: 0, top_p: 1, top_k: 0, min_p: 0, r
 let seq = 0;
 function textReq(text: string, over: Partial<GenerationRequest> = {}): GenerationRequest {
   return { id: `spec-${++seq}`, input: { kind: "text", text }, sampling: GREEDY, max_tokens: 48, stop: [], ...over };
-}
-
-async function collect(it: AsyncIterable<GenerationEvent>) {
-  const events: GenerationEvent[] = [];
-  for await (const e of it) events.push(e);
-  const text = events.map((e) => (e.type === "text" ? e.text : "")).join("");
-  const done = events.find((e) => e.type === "done") as Extract<GenerationEvent, { type: "done" }> | undefined;
-  const error = events.find((e) => e.type === "error");
-  expect(error, JSON.stringify(error)).to.equal(undefined);
-  return { text, done: done! };
 }
 
 // Prompts whose continuation repeats what they hold: code, a list, a refrain.
