@@ -27,6 +27,9 @@ struct Scheduler::Seq {
   int draft_n = 0, draft_accepted = 0;
   int32_t pending = -1;       // sampled but not yet fed back (decode input of the next step)
   bool done = false;
+  bool admitted = false;      // had a slot once (Start sent); back in the queue when displaced
+  int passed = 0;             // waiting, times a quick request went first (OvertakePolicy)
+  int displaced = 0;          // times its prefill gave its slot up to a quick request
   std::unique_ptr<GrammarConstraint> grammar;  // null = unconstrained
   std::unique_ptr<TriggerScanner> triggers;    // lazy grammar not yet triggered; null otherwise
   std::unique_ptr<GrammarConstraint> call;     // the lazy grammar, from its trigger on
@@ -193,6 +196,11 @@ void Scheduler::loop() {
     for (uint64_t id : cancels) {
       for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
         if ((*it)->req.id != id) continue;
+        if ((*it)->admitted) {  // displaced: it had its Start, so it ends like a running one
+          finish(**it, "cancelled", out);
+          waiting_.erase(it);
+          break;
+        }
         EngineEvent ev;
         ev.kind = EngineEvent::Done;
         ev.id = id;
@@ -293,28 +301,77 @@ size_t Scheduler::reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& 
   return reuse;
 }
 
+// Prompt tokens of `prompt` that some slot or the host cache holds already.
+size_t Scheduler::known_prefix(const std::vector<int32_t>& prompt) {
+  size_t known = 0;
+  for (const auto& sl : slots_) known = std::max(known, common_prefix(sl.cached, prompt));
+  if (cache_) known = std::max(known, cache_->lookup(prompt.data(), prompt.size()).n);
+  return known;
+}
+
+// Phase 1a: which waiting request goes next and, when every slot is busy, whether it may take
+// a running prefill's slot (next_waiting, pick_victim). Returns its index in waiting_, or -1
+// when it waits. A displaced prefill goes back to the queue right behind it.
+int Scheduler::choose_next(bool any_free) {
+  std::vector<WaitingView> wv;
+  for (size_t i = 0; i < waiting_.size() && int(i) < overtake_.look; i++) {
+    const auto& p = waiting_[i]->req.prompt;
+    wv.push_back({p.size() - std::min(known_prefix(p), p.size()), waiting_[i]->passed});
+  }
+  const size_t pick = next_waiting(wv, overtake_);
+  if (any_free) return int(pick);
+  // The displaced prefill's K/V must survive in the host cache (reuse_prefix saves it there
+  // when the slot changes hands), or its work would be lost.
+  if (!cache_) return -1;
+  std::vector<PrefillView> pv;
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < running_.size(); i++) {
+    const Seq& r = *running_[i];
+    if (r.done || r.slot < 0 || r.n_gen > 0 || r.pending >= 0 || r.prompt_done >= r.req.prompt.size()) continue;
+    pv.push_back({r.req.prompt.size() - r.prompt_done, r.displaced});
+    idx.push_back(i);
+  }
+  const int v = pick_victim(pv, wv[pick].uncached, overtake_);
+  if (v < 0) return -1;
+  std::unique_ptr<Seq> victim = std::move(running_[idx[size_t(v)]]);
+  running_.erase(running_.begin() + long(idx[size_t(v)]));
+  slots_[victim->slot].seq = nullptr;  // its K/V stays in the slot until the next owner saves it
+  victim->slot = -1;
+  victim->prompt_done = 0;
+  victim->displaced++;
+  waiting_.insert(waiting_.begin() + long(pick) + 1, std::move(victim));
+  return int(pick);
+}
+
 void Scheduler::admit(std::vector<EngineEvent>& out) {
   while (!waiting_.empty()) {
-    // Phase 1: pick a slot (free, sharing the most with the prompt), and a donor.
-    std::vector<SlotView> views(slots_.size());
+    // Phase 1: pick a request, a slot (free, sharing the most with the prompt), and a donor.
     bool any_free = false;
-    for (size_t i = 0; i < slots_.size(); i++) {
-      views[i] = {&slots_[i].cached, slots_[i].seq != nullptr};
-      any_free = any_free || !slots_[i].seq;
-    }
-    if (!any_free) return;
-    std::unique_ptr<Seq> s = std::move(waiting_.front());
-    waiting_.pop_front();
+    for (const auto& sl : slots_) any_free = any_free || !sl.seq;
+    const int next = choose_next(any_free);
+    if (next < 0) return;
+    std::vector<SlotView> views(slots_.size());
+    for (size_t i = 0; i < slots_.size(); i++) views[i] = {&slots_[i].cached, slots_[i].seq != nullptr};
+    for (int i = 0; i < next; i++) waiting_[size_t(i)]->passed++;
+    std::unique_ptr<Seq> s = std::move(waiting_[size_t(next)]);
+    waiting_.erase(waiting_.begin() + next);
     const auto now = Clock::now();
-    if (!accept_request(*s, out)) continue;
+    const bool again = s->admitted;  // displaced before: grammar, sampler and Start are done
+    if (!again && !accept_request(*s, out)) continue;
     const auto& prompt = s->req.prompt;
     const SlotChoice c = pick_slot(views, prompt);
     const size_t reuse = reuse_prefix(c, prompt);
+    s->slot = c.slot;
+    s->prompt_done = reuse;
+    slots_[c.slot].seq = s.get();
+    if (again) {
+      running_.push_back(std::move(s));
+      continue;
+    }
     prefix_lookups_++;
     prefix_lookup_tokens_ += int64_t(prompt.size());
     prefix_hit_tokens_ += int64_t(reuse);
-    s->slot = c.slot;
-    s->prompt_done = reuse;
+    s->admitted = true;
     s->cached_tokens = int(reuse);
     s->state_point_saved = s->req.state_point <= 0 || size_t(s->req.state_point) > prompt.size();
     s->t_admit = now;
@@ -329,7 +386,6 @@ void Scheduler::admit(std::vector<EngineEvent>& out) {
     ev.cached_tokens = int(reuse);
     ev.queue_ms = ms_between(s->t_submit, now);
     out.push_back(std::move(ev));
-    slots_[c.slot].seq = s.get();
     running_.push_back(std::move(s));
     if (running_.back()->req.max_tokens == 0) finish(*running_.back(), "length", out);
   }

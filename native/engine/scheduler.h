@@ -147,6 +147,8 @@ class Scheduler {
   void loop();
   void step(std::vector<EngineEvent>& out);
   void admit(std::vector<EngineEvent>& out);
+  size_t known_prefix(const std::vector<int32_t>& prompt);
+  int choose_next(bool any_free);
   // The phases, in the order they run (scheduler_phases.h has the pure decisions).
   bool accept_request(Seq& s, std::vector<EngineEvent>& out);
   size_t reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt);
@@ -169,6 +171,7 @@ class Scheduler {
   std::unique_ptr<Model> draft_model_;          // null = none (n-gram drafts or no speculation)
   std::shared_ptr<const Tokenizer> tok_;
   SchedulerOptions opts_;
+  OvertakePolicy overtake_;
   // Depth at which one prompt token's attention costs as much as its matmuls (0 = unknown).
   // Prefill chunks that share a step with decode tokens are sized by this cost, not by count.
   double attention_depth_unit_ = 0;

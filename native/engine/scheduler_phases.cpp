@@ -34,6 +34,27 @@ SlotChoice pick_slot(const std::vector<SlotView>& slots, const std::vector<int32
   return c;
 }
 
+size_t next_waiting(const std::vector<WaitingView>& waiting, const OvertakePolicy& p) {
+  const size_t n = std::min(waiting.size(), size_t(std::max(p.look, 1)));
+  for (size_t i = 0; i < n; i++) {
+    if (waiting[i].uncached <= p.quick_tokens) return i;
+    if (waiting[i].passed >= p.max_passed) return 0;  // due: nothing goes before it
+  }
+  return 0;
+}
+
+int pick_victim(const std::vector<PrefillView>& running, size_t uncached, const OvertakePolicy& p) {
+  if (uncached > p.quick_tokens) return -1;
+  int best = -1;
+  for (int i = 0; i < int(running.size()); i++) {
+    const PrefillView& r = running[i];
+    if (r.displaced >= p.max_displaced || r.prompt_left < p.min_victim_left) continue;
+    if (r.prompt_left < p.victim_ratio * std::max<size_t>(uncached, 1)) continue;
+    if (best < 0 || r.prompt_left > running[best].prompt_left) best = i;
+  }
+  return best;
+}
+
 ReuseFrom choose_reuse(const SlotChoice& c, size_t host_n, bool donor_ok, size_t min_copy) {
   if (c.donor >= 0 && c.donor_lcp >= c.lcp + min_copy && c.donor_lcp >= host_n && donor_ok) return ReuseFrom::Donor;
   if (host_n >= c.lcp + min_copy) return ReuseFrom::Host;

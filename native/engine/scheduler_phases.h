@@ -2,7 +2,7 @@
 // unit-tested alone (tests/test_scheduler_phases.cpp). Scheduler (scheduler.cpp) owns the state
 // and the side effects and calls these in order, once per step:
 //
-//   admit:  pick_slot -> choose_reuse -> (Scheduler::reuse_prefix: K/V copy, restore or truncate)
+//   admit:  next_waiting (-> pick_victim when no slot is free) -> pick_slot -> choose_reuse -> (Scheduler::reuse_prefix: K/V copy, restore or truncate)
 //   step:   draft_budget per decoding sequence -> draft_ngram (or the draft model's greedy steps)
 //           -> plan_batch -> (Scheduler::run: forward)
 //           -> (Scheduler::process_outputs: sample, grammar, stop, detokenize; accepted_prefix,
@@ -34,6 +34,37 @@ struct SlotChoice {
 // least, so longer caches survive for the requests that can use them. A busy slot sharing more
 // than that is the donor (concurrent chats with one system prompt).
 SlotChoice pick_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt);
+
+// ---- overtake ----------------------------------------------------------------------------------
+// A request whose prompt is almost all cached (an agent's next turn, a new conversation of the
+// same client) needs a fraction of a second of prefill; behind a cold prompt of 18k tokens it
+// would wait minutes for a slot. So a quick request goes ahead of slow ones in the queue, and
+// when no slot is free it takes the slot of the running prefill with the most left, whose
+// progress the host cache keeps (it resumes from there). Both are bounded, so that no request
+// waits forever: a request is passed by at most max_passed others, and displaced at most
+// max_displaced times.
+struct OvertakePolicy {
+  size_t quick_tokens = 1024;     // a request is quick with at most this many tokens to prefill
+  size_t min_victim_left = 2048;  // a prefill is displaced only with at least this many left
+  size_t victim_ratio = 4;        // ... and this many times what the quick request has to do
+  int max_passed = 4;
+  int max_displaced = 2;
+  int look = 8;                   // waiting requests considered, from the front
+};
+struct WaitingView {
+  size_t uncached = 0;  // prompt tokens no slot and no cache holds
+  int passed = 0;       // times a later request went first
+};
+// The waiting request to admit next: the front one, unless a quick one among the first
+// p.look comes before it and every request it would pass may still be passed.
+size_t next_waiting(const std::vector<WaitingView>& waiting, const OvertakePolicy& p);
+struct PrefillView {
+  size_t prompt_left = 0;  // tokens it has yet to prefill
+  int displaced = 0;       // times it was displaced already
+};
+// Which running prefill (index into `running`) gives up its slot to a request with `uncached`
+// tokens to prefill, when no slot is free; -1 = none (it waits).
+int pick_victim(const std::vector<PrefillView>& running, size_t uncached, const OvertakePolicy& p);
 
 // ---- reuse a prefix ----------------------------------------------------------------------------
 enum class ReuseFrom { Slot, Donor, Host };

@@ -135,6 +135,7 @@ class FakeTok : public Tokenizer {
 
 struct Result {
   bool started = false, done = false, error = false, fault = false, device_fault = false;
+  int starts = 0;
   int cached = -1;
   std::vector<int32_t> tokens;
   std::string text, finish, message;
@@ -150,7 +151,7 @@ struct Collector {
     std::lock_guard<std::mutex> lk(mu);
     for (auto& e : evs) {
       Result& r = res[e.id];
-      if (e.kind == EngineEvent::Start) { r.started = true; r.cached = e.cached_tokens; }
+      if (e.kind == EngineEvent::Start) { r.started = true; r.starts++; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
       if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; r.draft_n = e.draft_n; }
       if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.device_fault = e.device_fault; r.message = e.message; }
@@ -559,6 +560,74 @@ int main() {
     for (int j = 0; j < n; j++) cost += 1.0 + double(pos0 + j) / 320.0;
     CHECK(cost < 128.0 + 1.0 + double(pos0 + n) / 320.0);
     CHECK_EQ(fm->bad_pos, 0);
+  }
+  {  // a quick request (its prompt cached) with every slot busy on a long cold prefill: it takes
+     // that slot and finishes before the long prompt's first token; the long one resumes from
+     // the host cache (its work is not done twice) with the same output and one Start
+    auto model = std::make_unique<FakeModel>(1);
+    FakeModel* fm = model.get();
+    fm->step_sleep_us = 2000;
+    Collector c;
+    SchedulerOptions o{1, 8192, 64};
+    o.cache_bytes = 1 << 22;
+    o.cache_namespace = "fake";
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), o, [&](auto&& e) { c.sink(std::move(e)); });
+    auto p1 = make_prompt(200, 21);
+    s.submit(req(1, p1, 2));
+    c.wait(1);
+    auto steps = [&] {
+      std::lock_guard<std::mutex> lk(fm->steps_mu);
+      return fm->steps_seen.size();
+    };
+    const size_t forwarded_before = fm->tokens_forwarded, steps_before = steps();
+    auto long_prompt = make_prompt(4000, 22);
+    s.submit(req(2, long_prompt, 3));
+    for (int i = 0; i < 20000 && steps() < steps_before + 10; i++) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    auto p3 = p1;
+    p3.insert(p3.end(), {1, 2, 3});
+    s.submit(req(3, p3, 4));
+    Result r3 = c.wait(3);
+    CHECK_EQ(c.tokens_of(2), size_t(0));  // overtaken: still prefilling
+    Result r2 = c.wait(2);
+    CHECK(r3.tokens == expected(p3, 4));
+    CHECK(r2.tokens == expected(long_prompt, 3));
+    CHECK_EQ(r2.starts, 1);
+    CHECK_EQ(r2.cached, 0);
+    CHECK(r3.cached >= 200);
+    // At least 10 chunks (640 tokens) were prefilled before the overtake: done again, the
+    // long prompt alone would pass 4,640 tokens.
+    CHECK(fm->tokens_forwarded - forwarded_before < 4000 + 300);
+    CHECK(fm->restored >= 640);
+    CHECK_EQ(fm->bad_pos, 0);
+  }
+  {  // ... and without a host cache to keep its work, a long prefill is never displaced
+    auto model = std::make_unique<FakeModel>(1);
+    FakeModel* fm = model.get();
+    fm->step_sleep_us = 2000;
+    Collector c;
+    Scheduler s(std::move(model), std::make_shared<FakeTok>(), {1, 8192, 64}, [&](auto&& e) { c.sink(std::move(e)); });
+    auto p1 = make_prompt(200, 21);
+    s.submit(req(1, p1, 2));
+    c.wait(1);
+    auto long_prompt = make_prompt(4000, 22);
+    s.submit(req(2, long_prompt, 3));
+    auto steps = [&] {
+      std::lock_guard<std::mutex> lk(fm->steps_mu);
+      return fm->steps_seen.size();
+    };
+    const size_t steps_before = steps();
+    for (int i = 0; i < 20000 && steps() < steps_before + 10; i++) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    auto p3 = p1;
+    p3.insert(p3.end(), {1, 2, 3});
+    s.submit(req(3, p3, 4));
+    Result r3 = c.wait(3);
+    CHECK_EQ(c.tokens_of(2), size_t(3));  // it waited for the long one to finish
+    Result r2 = c.wait(2);
+    CHECK(r2.tokens == expected(long_prompt, 3));
+    CHECK(r3.tokens == expected(p3, 4));
+    CHECK_EQ(r2.starts, 1);
+    CHECK_EQ(fm->bad_pos, 0);
+    CHECK_EQ(fm->restored, 0);
   }
   TEST_MAIN_END();
 }

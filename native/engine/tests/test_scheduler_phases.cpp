@@ -263,6 +263,40 @@ static void test_acceptance_distribution() {
   }
 }
 
+// Quick requests go first, within the bounds that keep every request moving.
+static void test_overtake() {
+  OvertakePolicy p;
+  p.quick_tokens = 100;
+  p.min_victim_left = 1000;
+  p.victim_ratio = 4;
+  p.max_passed = 2;
+  p.max_displaced = 1;
+  p.look = 3;
+  // The front is quick, or nothing is: FIFO.
+  CHECK_EQ(next_waiting({{50, 0}, {10, 0}}, p), size_t(0));
+  CHECK_EQ(next_waiting({{500, 0}, {800, 0}}, p), size_t(0));
+  CHECK_EQ(next_waiting({}, p), size_t(0));
+  // The first quick one behind slow ones goes first ...
+  CHECK_EQ(next_waiting({{500, 0}, {800, 1}, {100, 0}, {5, 0}}, p), size_t(2));
+  // ... unless one it would pass was passed enough already ...
+  CHECK_EQ(next_waiting({{500, 0}, {800, 2}, {100, 0}}, p), size_t(0));
+  CHECK_EQ(next_waiting({{500, 2}, {10, 0}}, p), size_t(0));
+  // ... but one behind a due request may not use it to jump ahead of the rest either.
+  CHECK_EQ(next_waiting({{500, 1}, {10, 0}, {800, 2}}, p), size_t(1));
+  // ... or it is beyond the window.
+  CHECK_EQ(next_waiting({{500, 0}, {800, 0}, {900, 0}, {5, 0}}, p), size_t(0));
+
+  // The victim: the prefill with the most left, if it has enough, and was not displaced too often.
+  CHECK_EQ(pick_victim({{5000, 0}, {9000, 0}, {20000, 1}}, 50, p), 1);
+  CHECK_EQ(pick_victim({{999, 0}}, 10, p), -1);        // too little left: it finishes first
+  CHECK_EQ(pick_victim({{1000, 0}}, 10, p), 0);
+  CHECK_EQ(pick_victim({{1000, 0}}, 100, p), 0);       // 1000 >= 4 * 100
+  CHECK_EQ(pick_victim({{1000, 0}}, 101, p), -1);      // not quick
+  p.quick_tokens = 1000;
+  CHECK_EQ(pick_victim({{1000, 0}}, 300, p), -1);      // quick, but 1000 < 4 * 300
+  CHECK_EQ(pick_victim({}, 1, p), -1);
+}
+
 int main() {
   test_pick_slot();
   test_choose_reuse();
@@ -271,5 +305,6 @@ int main() {
   test_adapt_and_accept();
   test_draft_budget();
   test_acceptance_distribution();
+  test_overtake();
   TEST_MAIN_END();
 }
