@@ -47,8 +47,10 @@ struct OvertakePolicy {
   size_t quick_tokens = 1024;     // a request is quick with at most this many tokens to prefill
   size_t min_victim_left = 2048;  // a prefill is displaced only with at least this many left
   size_t victim_ratio = 4;        // ... and this many times what the quick request has to do
-  int max_passed = 4;
-  int max_displaced = 2;
+  // An agent's turns come every few seconds while a cold first prompt of another client prefills
+  // for minutes: at 2 the cold one stopped yielding after its first two, and the rest waited.
+  int max_passed = 8;
+  int max_displaced = 8;
   int look = 8;                   // waiting requests considered, from the front
 };
 struct WaitingView {

@@ -1,8 +1,10 @@
 // AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
-// to Q5_0), MXFP4 (gpt-oss's experts, same 32-element blocks) and for Q4_K and Q6_K (further down,
-// same layout per super-block). Compiled with -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C);
-// dispatch.cpp uses it only after checking the CPU.
+// to Q5_0) and MXFP4 (gpt-oss's experts, same 32-element blocks). Compiled with
+// -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C); dispatch.cpp uses it only after checking the CPU.
+// Q4_K and Q6_K have none: their one-row tiles (kquant.cpp) beat an 8-token group for every T
+// below Gemm16's 16 tokens (1.5B's shapes, 2 threads, --cold, best ms, tiles / group: 0.62-1.05,
+// the output matrix Q6_K 1536->151936 at T = 12 26.7 vs 40.3 ms).
 //
 // Dimension legend: K elements per row (nb = K / 32 blocks, K / 256 super-blocks for the K-quants);
 // a group of 8 tokens t; weight rows in pairs (r, r + 1); j in [0, 8) the 4-element group of a
@@ -350,174 +352,6 @@ void vnni_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t 
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
 
-// ---- Q4_K (activations q8_K) ----
-// Same layout idea per super-block of 256: the integer sums are the AVX2 dot_q4_K's (per
-// sub-block of 32, times its 6-bit scale, summed; the min term from bsum pairs), and the float step
-// is the one GCC emits for its `sumf += d * sumi - dmin * summ`: fmsub(d, sumi, summ * dmin), then
-// add, so every pair keeps the AVX2 dot's bits.
-// Packed super-block: xd[16] floats; bs[4][16] dwords, dword 2t(+1) = token t's (b_2i, b_2i+1) as
-// int16, b_s the sum of sub-block s's 32 values (Q4_K's mins); bs16[8][16] dwords, the same for
-// bsums[2i], bsums[2i+1] (sums of 16: Q6_K's offset); q[64 groups of 4][16] dwords in element order.
-constexpr size_t kPackKBs16 = 64 + 4 * 64;
-constexpr size_t kPackKHead = kPackKBs16 + 8 * 64;
-constexpr size_t kPackKBlock = kPackKHead + 64 * 64;
-
-void pack8_q8_K(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
-  const int64_t nb = k / QK_K;
-  for (int64_t i = 0; i < nb; i++) {
-    uint8_t* o = out + i * kPackKBlock;
-    float* d = (float*)o;
-    int32_t* bs = (int32_t*)(o + 64);
-    int32_t* bs16 = (int32_t*)(o + kPackKBs16);
-    int32_t* q = (int32_t*)(o + kPackKHead);
-    for (int t = 0; t < 8; t++) {
-      float dt = 0;
-      int32_t qt[64] = {0}, bt[4] = {0}, b16[8] = {0};
-      if (t < nt) {
-        const block_q8_K& b = ((const block_q8_K*)(xq + t * xs))[i];
-        dt = b.d;
-        std::memcpy(qt, b.qs, 256);
-        for (int j = 0; j < 4; j++) {
-          const int16_t lo = (int16_t)(b.bsums[4 * j] + b.bsums[4 * j + 1]);
-          const int16_t hi = (int16_t)(b.bsums[4 * j + 2] + b.bsums[4 * j + 3]);
-          bt[j] = (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
-        }
-        std::memcpy(b16, b.bsums, 32);
-      }
-      d[2 * t] = d[2 * t + 1] = dt;
-      for (int j = 0; j < 4; j++) bs[j * 16 + 2 * t] = bs[j * 16 + 2 * t + 1] = bt[j];
-      for (int j = 0; j < 8; j++) bs16[j * 16 + 2 * t] = bs16[j * 16 + 2 * t + 1] = b16[j];
-      for (int g = 0; g < 64; g++) q[g * 16 + 2 * t] = q[g * 16 + 2 * t + 1] = qt[g];
-    }
-  }
-}
-
-size_t packed_bytes_q8_K(int64_t k) { return (size_t)(k / QK_K) * kPackKBlock; }
-
-// The 8 scales (or mins) of rows r and r+1 per sub-block as qwords of two int32 (row r low).
-inline void scale_pairs(uint64_t s0, uint64_t s1, int64_t* out) {
-  const __m512i a = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)s0));
-  const __m512i b = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)s1));
-  _mm512_store_si512((__m512i*)out, _mm512_or_si512(a, _mm512_slli_epi64(b, 32)));
-}
-// The 8 mins of rows r and r+1 as int16 pairs (sub-blocks 2i, 2i+1) per row: qword i = (row r's
-// pair, row r+1's pair).
-inline void min_pairs(uint64_t m0, uint64_t m1, int64_t* out) {
-  const __m128i a = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m0));  // 8 int16 = 4 dwords
-  const __m128i b = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m1));
-  _mm_store_si128((__m128i*)out, _mm_unpacklo_epi32(a, b));
-  _mm_store_si128((__m128i*)out + 1, _mm_unpackhi_epi32(a, b));
-}
-
-void gemm8_q4_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
-                     size_t ldy) {
-  const int64_t nb = k / QK_K;
-  const block_q4_K* row0 = (const block_q4_K*)w;
-  const block_q4_K* row1 = (const block_q4_K*)(w + (nr > 1 ? ws : 0));
-  __m512 acc = _mm512_setzero_ps();
-  alignas(64) int64_t wq[8], sc[8], mn[4];
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t i = 0; i < nb; i++) {
-    const uint8_t* pk = packed + i * kPackKBlock;
-    const block_q4_K& b0 = row0[i];
-    const block_q4_K& b1 = row1[i];
-    uint64_t sc0, mn0, sc1, mn1;
-    unpack_scales_mins(b0.scales, &sc0, &mn0);
-    unpack_scales_mins(b1.scales, &sc1, &mn1);
-    scale_pairs(sc0, sc1, sc);
-    min_pairs(mn0, mn1, mn);
-    __m512i sumi = _mm512_setzero_si512();
-    for (int j = 0; j < 4; j++) {
-      const __m256i q0 = _mm256_loadu_si256((const __m256i*)(b0.qs + 32 * j));
-      const __m256i q1 = _mm256_loadu_si256((const __m256i*)(b1.qs + 32 * j));
-      for (int h = 0; h < 2; h++) {  // h = 0: low nibbles, sub-block 2j; 1: high, 2j + 1
-        const int sb = 2 * j + h;
-        interleave_pair(_mm256_and_si256(h ? _mm256_srli_epi16(q0, 4) : q0, m4),
-                        _mm256_and_si256(h ? _mm256_srli_epi16(q1, 4) : q1, m4), wq);
-        __m512i s = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++)
-          s = _mm512_dpbusd_epi32(s, broadcast_q(&wq[g]),
-                                  _mm512_loadu_si512((const __m512i*)(pk + kPackKHead) + sb * 8 + g));
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(s, broadcast_q(&sc[sb])));
-      }
-    }
-    __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-      summ = _mm512_dpwssd_epi32(summ, broadcast_q(&mn[j]), _mm512_loadu_si512((const __m512i*)(pk + 64) + j));
-    const __m512 xd = _mm512_loadu_ps((const float*)pk);
-    const __m512 d = _mm512_mul_ps(halves2(&b0, &b1, 0), xd);
-    const __m512 dmin = _mm512_mul_ps(halves2(&b0, &b1, 2), xd);
-    const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(summ), dmin);
-    acc = _mm512_add_ps(acc, _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(sumi), m));
-  }
-  store_pair(acc, nr, nt, y, ldy);
-}
-
-
-// ---- Q6_K (activations q8_K) ----
-// dot_q6_K's integers (values 0..63 times each 16-element group's signed scale, minus 32 times
-// the scales against the bsums), then its float step: fma(sumi, d * xd, acc).
-void gemm8_q6_K_pair(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y,
-                     size_t ldy) {
-  const int64_t nb = k / QK_K;
-  const block_q6_K* row0 = (const block_q6_K*)w;
-  const block_q6_K* row1 = (const block_q6_K*)(w + (nr > 1 ? ws : 0));
-  __m512 acc = _mm512_setzero_ps();
-  alignas(64) int64_t wq[8], sc[16], sc16[8];
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-  const __m512i lo_pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi_pairs = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int64_t i = 0; i < nb; i++) {
-    const uint8_t* pk = packed + i * kPackKBlock;
-    const block_q6_K& b0 = row0[i];
-    const block_q6_K& b1 = row1[i];
-    // the 16 scales of both rows as int32 pairs (mullo) and as int16 pairs of pairs (vpdpwssd)
-    const __m128i s0 = _mm_loadu_si128((const __m128i*)b0.scales), s1 = _mm_loadu_si128((const __m128i*)b1.scales);
-    const __m512i a = _mm512_cvtepi8_epi32(s0), b = _mm512_cvtepi8_epi32(s1);
-    _mm512_store_si512((__m512i*)sc, _mm512_permutex2var_epi32(a, lo_pairs, b));
-    _mm512_store_si512((__m512i*)sc + 1, _mm512_permutex2var_epi32(a, hi_pairs, b));
-    interleave_pair(_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1), sc16);
-    __m512i sumi = _mm512_setzero_si512();
-    for (int n = 0; n < 2; n++) {
-      const __m256i l00 = _mm256_loadu_si256((const __m256i*)(b0.ql + 64 * n));
-      const __m256i l01 = _mm256_loadu_si256((const __m256i*)(b0.ql + 64 * n + 32));
-      const __m256i h0 = _mm256_loadu_si256((const __m256i*)(b0.qh + 32 * n));
-      const __m256i l10 = _mm256_loadu_si256((const __m256i*)(b1.ql + 64 * n));
-      const __m256i l11 = _mm256_loadu_si256((const __m256i*)(b1.ql + 64 * n + 32));
-      const __m256i h1 = _mm256_loadu_si256((const __m256i*)(b1.qh + 32 * n));
-      for (int u = 0; u < 4; u++) {  // elements 128n + 32u .. +31: scales 8n + 2u and 8n + 2u + 1
-        const __m256i l0 = u & 1 ? l01 : l00, l1 = u & 1 ? l11 : l10;
-        const int ls = u < 2 ? 0 : 4, hs = 2 * u;
-        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, ls), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h0, hs), m2), 4));
-        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, ls), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h1, hs), m2), 4));
-        interleave_pair(v0, v1, wq);
-        for (int half = 0; half < 2; half++) {
-          const int g16 = 8 * n + 2 * u + half;
-          __m512i s = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int g = 0; g < 4; g++)
-            s = _mm512_dpbusd_epi32(s, broadcast_q(&wq[4 * half + g]),
-                                    _mm512_loadu_si512((const __m512i*)(pk + kPackKHead) + 4 * g16 + g));
-          sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(s, broadcast_q(&sc[g16])));
-        }
-      }
-    }
-    __m512i off = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-      off = _mm512_dpwssd_epi32(off, broadcast_q(&sc16[j]), _mm512_loadu_si512((const __m512i*)(pk + kPackKBs16) + j));
-    sumi = _mm512_sub_epi32(sumi, _mm512_slli_epi32(off, 5));
-    const __m512 d = _mm512_mul_ps(halves2(&b0, &b1, offsetof(block_q6_K, d)), _mm512_loadu_ps((const float*)pk));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
-  }
-  store_pair(acc, nr, nt, y, ldy);
-}
-
-
 }  // namespace
 
 extern const Gemm8 gemm8_q4_0 = {packed_bytes<8>, pack8<false, 8>, run_one<GgmlType::Q4_0>, run_n<GgmlType::Q4_0>};
@@ -526,12 +360,6 @@ extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, run_one<Ggm
 extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, run_one<GgmlType::Q5_1>, run_n<GgmlType::Q5_1>};
 extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, run_one<GgmlType::Q8_0>, run_n<GgmlType::Q8_0>};
 extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, run_one<GgmlType::MXFP4>, run_n<GgmlType::MXFP4>};
-// The K-quant pairs cost the same for 1 to 8 tokens, and the tiles (kquant.cpp: one row x up to
-// 4 tokens) beat them for every short group (1.5B's shapes, 2 threads, --cold, best ms, tiles vs
-// Gemm8: Q4_K gate/up 1536->8960 T=4 0.82 vs 1.73, T=6 1.40 vs 1.72, T=7 1.62 vs 1.75; Q6_K
-// output 1536->151936 T=4 13.6 vs 60.8, T=7 28.5 vs 62.1), so only full groups come here.
-extern const Gemm8 gemm8_q4_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q4_K_pair>, nullptr, 8};
-extern const Gemm8 gemm8_q6_K = {packed_bytes_q8_K, pack8_q8_K, over_pairs<gemm8_q6_K_pair>, nullptr, 8};
 
 template <GgmlType WT>
 void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,

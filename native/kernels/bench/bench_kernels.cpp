@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   std::vector<const KernelTable*> tables = {&ref_table()};
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
-  // and without the 16-row K-quant GEMM (Gemm8 for every T): what Gemm16 gains
+  // and without the 16-row GEMMs (Gemm8, or the K-quants' tiles, for every T): what Gemm16 gains
   KernelTable one_group{}, no16{}, tiles_only{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
