@@ -313,6 +313,7 @@ size_t Scheduler::known_prefix(const std::vector<int32_t>& prompt) {
 // a running prefill's slot (next_waiting, pick_victim). Returns its index in waiting_, or -1
 // when it waits. A displaced prefill goes back to the queue right behind it.
 int Scheduler::choose_next(bool any_free) {
+  if (any_free && waiting_.size() == 1) return 0;  // nothing to reorder: no lookup to pay
   std::vector<WaitingView> wv;
   for (size_t i = 0; i < waiting_.size() && int(i) < overtake_.look; i++) {
     const auto& p = waiting_[i]->req.prompt;
