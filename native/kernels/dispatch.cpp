@@ -15,6 +15,13 @@
 #if MB_KERNELS_AVX512
 #include "avx512/avx512.h"
 #endif
+#if MB_KERNELS_AMX
+#include <cpuid.h>
+#include <cerrno>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 namespace mb {
 namespace kq {
@@ -120,6 +127,32 @@ const KernelTable* avx2_table() {
 static bool cpu_has_avx512_bf16() { return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16"); }
 #endif
 
+#if MB_KERNELS_AMX
+// AMX needs three things a CPUID bit does not promise: the OS must grant this process the tile
+// state (arch_prctl), the hypervisor must really run tile instructions (some VMs report AMX and
+// raise SIGILL on them), and they must compute. The first is asked once; the other two are tried
+// in a forked child, so an illegal instruction ends that child alone. Asked once per process.
+static bool amx_usable() {
+  static const bool ok = [] {
+    if (!cpu_has_avx512_bf16()) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+    if (!amx_bf16 || !amx_tile) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) _exit(avx512::amx_bf16_works() ? 0 : 1);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+      if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return ok;
+}
+#endif
+
 #if MB_KERNELS_AVX512
 // The AVX2 set with the 8-token GEMM for the types that have one and flash attention. The flash
 // kernel is the f32 one even where the CPU has AVX-512 BF16: the bf16 value product (faster by
@@ -172,6 +205,23 @@ const KernelTable* avx512_table() {
 #endif
 }
 
+// The AVX-512 set with the attention on AMX tiles (same arithmetic accuracy as the f32 flash
+// kernel, its own bits). Everything else is the AVX-512 set's, bit for bit.
+const KernelTable* amx_table() {
+#if MB_KERNELS_AMX
+  static const KernelTable t = [] {
+    KernelTable k = build_avx512();
+    k.name = "avx512amx";
+    k.attention = avx512::flash_attention_amx;
+    k.attention_scratch = avx512::flash_attention_amx_scratch_floats;
+    return k;
+  }();
+  return cpu_has_avx512_vnni() && amx_usable() ? &t : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
 std::vector<AttnKernel> attention_kernels() {
   std::vector<AttnKernel> ks = {{"ref", ref::attention, ref::attention_scratch_floats, false},
                                 {"ref-flash", ref::flash_attention, ref::flash_attention_scratch_floats, true}};
@@ -186,16 +236,23 @@ std::vector<AttnKernel> attention_kernels() {
   if (cpu_has_avx512_bf16())
     ks.push_back({"avx512-flash-bf16", avx512::flash_attention_bf16, avx512::flash_attention_bf16_scratch_floats, true});
 #endif
+#if MB_KERNELS_AMX
+  if (amx_table())
+    ks.push_back({"avx512-amx", avx512::flash_attention_amx, avx512::flash_attention_amx_scratch_floats, true});
+#endif
   return ks;
 }
 
 const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
     // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference), =avx2 the
-    // AVX2 set on a CPU that has AVX-512 too (benchmarks and the oracle compare them).
+    // AVX2 set on a CPU that has AVX-512 too, =avx512 the AVX-512 set without AMX (benchmarks and
+    // the oracle compare them).
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
     const bool avx2_only = force && std::strcmp(force, "avx2") == 0;
+    const bool no_amx = avx2_only || (force && std::strcmp(force, "avx512") == 0);
+    if (const KernelTable* x = no_amx ? nullptr : amx_table()) return x;
     if (const KernelTable* v = avx2_only ? nullptr : avx512_table()) return v;
     if (const KernelTable* a = avx2_table()) return a;
     return &ref_table();

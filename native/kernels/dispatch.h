@@ -84,6 +84,7 @@ struct KernelTable {
 const KernelTable& ref_table();
 const KernelTable* avx2_table();    // nullptr if not compiled in or the CPU lacks AVX2/FMA/F16C
 const KernelTable* avx512_table();  // nullptr if not compiled in or the CPU lacks AVX-512 VNNI (+F/BW/DQ/VL)
+const KernelTable* amx_table();     // avx512 with AMX attention; nullptr unless AMX-BF16 runs here (probed)
 const KernelTable& active_table();  // the one picked (MB_KERNELS=ref|avx2 forces one)
 
 // Every attention kernel this build and CPU can run, the references first (tests and benchmarks

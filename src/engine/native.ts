@@ -56,7 +56,7 @@ export interface NativeModelInfo {
   n_params: number;
   bpw: number;
   kv_bytes: number;
-  /** The kernel set dispatch picked on this CPU ("avx512vnni", "avx2", "ref"), or "cuda" for the CUDA model. */
+  /** The kernel set dispatch picked on this CPU ("avx512amx", "avx512vnni", "avx2", "ref"), or "cuda" for the CUDA model. */
   kernels: string;
   /** Where the model's forward pass runs. */
   device: "cpu" | "cuda";

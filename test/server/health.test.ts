@@ -53,7 +53,7 @@ describe("Health identity fields", function () {
     try {
       const h = await hashedHealth(s.url);
       const addon = sha256(addonPath()).slice(0, 16);
-      expect(h.deployment_id).to.match(new RegExp(`^${addon}-(avx512vnni|avx2|ref)$`));
+      expect(h.deployment_id).to.match(new RegExp(`^${addon}-(avx512amx|avx512vnni|avx2|ref)$`));
       expect(h.component_set_sha).to.equal(sha256(model));
       expect(h.certification).to.equal("passed");
       expect(h.compiles_after_ready).to.equal(0);

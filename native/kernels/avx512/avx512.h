@@ -37,6 +37,13 @@ size_t flash_attention_f32_scratch_floats(int R, int Dh, int N);
 void flash_attention_bf16(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo,
                           int n, int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
 size_t flash_attention_bf16_scratch_floats(int R, int Dh, int N);
+// flash_amx.cpp (also AVX-512 BF16, AMX-TILE, AMX-BF16): the same pass with the products on AMX
+// tiles, each bf16 operand split in a high and a low part (f32 accuracy). Callable only after the
+// OS granted the tile state and amx_bf16_works() ran in a child process (dispatch.cpp).
+void flash_attention_amx(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, float* out, size_t ldo, int n,
+                         int G, int Dh, int p0, float scale, int window, const float* sinks, float* scratch);
+size_t flash_attention_amx_scratch_floats(int R, int Dh, int N);
+bool amx_bf16_works();
 
 }  // namespace avx512
 }  // namespace kq
