@@ -214,6 +214,7 @@ const KernelTable* amx_table() {
     k.name = "avx512amx";
     k.attention = avx512::flash_attention_amx;
     k.attention_scratch = avx512::flash_attention_amx_scratch_floats;
+    k.attention_rows = 224;  // bench_attention, Qwen2.5-Coder-0.5B at 18k keys: 224 GFLOP/s vs 194 at 91 rows
     return k;
   }();
   return cpu_has_avx512_vnni() && amx_usable() ? &t : nullptr;
@@ -289,5 +290,6 @@ void attention(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
 size_t attention_scratch_floats(int n, int G, int Dh, int n_keys) {
   return kq::active_table().attention_scratch(n * G, Dh, n_keys);
 }
+int attention_rows() { return kq::active_table().attention_rows; }
 
 }  // namespace mb

@@ -79,6 +79,9 @@ struct KernelTable {
   void (*gelu_mul)(float* gate, const float* up, int n);
   AttnFn attention;
   AttnScratchFn attention_scratch;
+  // query rows per attention call the kernel is fastest at: it converts each key block once per
+  // call, so more rows spread that cost, fewer leave more calls to share out over the threads
+  int attention_rows = 96;
 };
 
 const KernelTable& ref_table();

@@ -55,9 +55,9 @@ class CpuBackend final : public Backend {
     kv.k = f16_.emplace_back(kv.elems(), 0).data();
     kv.v = f16_.emplace_back(kv.elems(), 0).data();
     if (L == 0) return kv;
-    // ~96 query rows per item: the kernel converts each key block once per item, so fewer rows
-    // would spend more on conversion; more would leave too few items to share out in a chunk.
-    const int Bq = std::max(1, std::min(Tm_, 96 / G));
+    // the kernel converts each key block once per item, so fewer rows would spend more on
+    // conversion; more would leave too few items to share out in a chunk (attention_rows)
+    const int Bq = std::max(1, std::min(Tm_, attention_rows() / G));
     // a ring's call spans keys [its window's aligned start, its last position], < N + align
     const int keys = ring ? N + kAttentionKeyAlign : N;
     scratch_n_ = std::max(scratch_n_, attention_scratch_floats(Bq, G, Dh, keys));
@@ -193,7 +193,7 @@ class CpuBackend final : public Backend {
   void attention(const KvBuf& kv, int il, const float* q, float* out, int H, const AttnArgs& a, int T) override {
     const Chunk& c = rows_;
     const int Hk = kv.Hk, G = H / Hk;
-    const int Bq = std::max(1, std::min(Tm_, 96 / G));
+    const int Bq = std::max(1, std::min(Tm_, attention_rows() / G));
     std::vector<Item>& items = items_;  // reserved for Tm * Hk: no allocation
     items.clear();
     for (int t0 = 0; t0 < T;) {

@@ -72,6 +72,8 @@ inline void split32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
 
 // Keys of the block as the B operand of S = Q . K^T: for K-step s (dims 32s..32s+31) and key tile
 // t (keys 16t..16t+15), row u holds, for each key j, the bf16 pair of its dims 32s+2u, 32s+2u+1.
+// The f16 pairs are transposed first (one 16 x 16 transpose of 32-bit units), then split: the
+// split keeps element order, so hi and lo come out in the tile's layout.
 //   kb [2 hi/lo][DH/32][4][16][32] bf16; keys past nk are 0
 template <int DH>
 inline void keys_b(const uint16_t* kh, int nk, uint16_t* kb) {
@@ -79,33 +81,27 @@ inline void keys_b(const uint16_t* kh, int nk, uint16_t* kb) {
   uint16_t* klo = kb + (size_t)S * 4 * 512;
   for (int s = 0; s < S; s++)
     for (int t = 0; t < 4; t++) {
-      __m512 h[16], l[16];
+      __m512 r[16];  // [key][dim pair] as 32-bit units of two f16
       for (int j = 0; j < 16; j++) {
         const int key = 16 * t + j;
-        if (key < nk) {
-          const uint16_t* src = kh + (size_t)key * DH + 32 * s;
-          __m512i hi, lo;
-          split32(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)src)),
-                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + 16))), &hi, &lo);
-          h[j] = _mm512_castsi512_ps(hi);
-          l[j] = _mm512_castsi512_ps(lo);
-        } else {
-          h[j] = l[j] = _mm512_setzero_ps();
-        }
+        r[j] = key < nk ? _mm512_loadu_ps((const float*)(kh + (size_t)key * DH + 32 * s)) : _mm512_setzero_ps();
       }
-      transpose16(h);  // 32-bit units: [key][dim pair] -> [dim pair][key]
-      transpose16(l);
+      transpose16(r);  // -> [dim pair][key]
       uint16_t* dh = kb + ((size_t)s * 4 + t) * 512;
       uint16_t* dl = klo + ((size_t)s * 4 + t) * 512;
       for (int u = 0; u < 16; u++) {
-        _mm512_store_ps((float*)(dh + 32 * u), h[u]);
-        _mm512_store_ps((float*)(dl + 32 * u), l[u]);
+        const __m512i x = _mm512_castps_si512(r[u]);
+        __m512i hi, lo;
+        split32(_mm512_cvtph_ps(_mm512_castsi512_si256(x)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)), &hi, &lo);
+        _mm512_store_si512((__m512i*)(dh + 32 * u), hi);
+        _mm512_store_si512((__m512i*)(dl + 32 * u), lo);
       }
     }
 }
 
 // Values of the block as the B operand of PV = P . V: for K-step s (keys 32s..32s+31) and dim
 // tile t (dims 16t..16t+15), row u holds, for each dim, the bf16 pair of keys 32s+2u, 32s+2u+1.
+// The two keys' f16 are interleaved first (one permute), then split in order.
 //   vb [2 hi/lo][2][DH/16][16][32] bf16; keys past nk are 0
 template <int DH>
 inline void values_b(const uint16_t* vh, int nk, uint16_t* vb) {
@@ -118,16 +114,16 @@ inline void values_b(const uint16_t* vh, int nk, uint16_t* vb) {
     for (int u = 0; u < 16; u++) {
       const int j = 32 * s + 2 * u;
       for (int t = 0; t < T; t++) {
-        const __m512 a = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)j * DH + 16 * t)))
-                                : _mm512_setzero_ps();
-        const __m512 b = j + 1 < nk
-                             ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)(j + 1) * DH + 16 * t)))
-                             : _mm512_setzero_ps();
-        __m512i hi, lo;  // [a0..a15, b0..b15] -> (a_d, b_d) pairs
-        split32(a, b, &hi, &lo);
+        const __m256i a = j < nk ? _mm256_loadu_si256((const __m256i*)(vh + (size_t)j * DH + 16 * t)) : _mm256_setzero_si256();
+        const __m256i b = j + 1 < nk ? _mm256_loadu_si256((const __m256i*)(vh + (size_t)(j + 1) * DH + 16 * t))
+                                     : _mm256_setzero_si256();
+        // [a0..a15, b0..b15] -> (a_d, b_d) pairs, still f16
+        const __m512i x = _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+        __m512i hi, lo;
+        split32(_mm512_cvtph_ps(_mm512_castsi512_si256(x)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)), &hi, &lo);
         const size_t at = (((size_t)s * T + t) * 16 + u) * 32;
-        _mm512_store_si512((__m512i*)(vb + at), _mm512_permutexvar_epi16(inter, hi));
-        _mm512_store_si512((__m512i*)(vlo + at), _mm512_permutexvar_epi16(inter, lo));
+        _mm512_store_si512((__m512i*)(vb + at), hi);
+        _mm512_store_si512((__m512i*)(vlo + at), lo);
       }
     }
 }
