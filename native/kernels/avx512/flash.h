@@ -344,10 +344,16 @@ inline void values_f32(const uint16_t* vh, int nk, float* vb) {
 #if MB_FLASH_BF16
 // vb[u][d] = the bf16 pair (value 2u, value 2u + 1) of dim d, as one 32-bit unit; 0 past nk
 // dims [d, d + 16) of values j and j + 1 as bf16 pairs (value j + 1 is 0 from nk on)
+// The permutation of 16-bit lanes [a0..a15, b0..b15] -> [a0, b0, a1, b1, ...]: two keys' values of
+// 16 dims as the key pairs vdpbf16ps and the AMX tiles take.
+inline __m512i pair_interleave() {
+  return _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005, 0x00160006,
+                           0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b, 0x001c000c, 0x001d000d,
+                           0x001e000e, 0x001f000f);
+}
+
 inline __m512i value_pair(const uint16_t* vh, int DH, int nk, int j, int d) {
-  const __m512i inter = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
-                                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
-                                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+  const __m512i inter = pair_interleave();
   const __m512 a = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)j * DH + d)))
                           : _mm512_setzero_ps();
   const __m512 b = j + 1 < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vh + (size_t)(j + 1) * DH + d)))
@@ -423,6 +429,29 @@ inline void group(const Call& c, int r0, bool direct) {
 #endif
 }
 
+// The end of a pass: each row's sink joins its softmax (as ref::flash_attention takes it), then
+// out = o / l, rows back to [position][head].
+template <int DH>
+inline void finish_rows(const float* sinks, float* o, float* m, float* l, int R, int G, float* out, size_t ldo) {
+  if (sinks)
+    for (int r = 0; r < R; r++) {
+      const float sink = sinks[r % G];
+      if (sink > m[r]) {
+        const float ms = std::exp(m[r] - sink);
+        for (int d = 0; d < DH; d += 16)
+          _mm512_store_ps(o + (size_t)r * DH + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), _mm512_set1_ps(ms)));
+        l[r] = l[r] * ms + 1.0f;
+      } else {
+        l[r] += std::exp(sink - m[r]);
+      }
+    }
+  for (int r = 0; r < R; r++) {
+    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
+    float* dst = out + (size_t)(r / G) * ldo + (size_t)(r % G) * DH;
+    for (int d = 0; d < DH; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), inv));
+  }
+}
+
 // rows per group: the score tiles (RM x 4 vectors) and the output tiles (RM x DH/16) stay in
 // the 32 registers
 template <int DH> constexpr int kRows = DH <= 64 ? 6 : 3;
@@ -483,23 +512,7 @@ void flash(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v, flo
       }
     }
   }
-  if (sinks)
-    for (int r = 0; r < R; r++) {
-      const float sink = sinks[r % G];
-      if (sink > m[r]) {
-        const float ms = std::exp(m[r] - sink);
-        for (int d = 0; d < DH; d += 16)
-          _mm512_store_ps(o + (size_t)r * DH + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), _mm512_set1_ps(ms)));
-        l[r] = l[r] * ms + 1.0f;
-      } else {
-        l[r] += std::exp(sink - m[r]);
-      }
-    }
-  for (int r = 0; r < R; r++) {
-    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-    float* dst = out + (size_t)(r / G) * ldo + (size_t)(r % G) * DH;
-    for (int d = 0; d < DH; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), inv));
-  }
+  finish_rows<DH>(sinks, o, m, l, R, G, out, ldo);
 }
 
 // The entry point of each file: the head dims with a kernel here, any other one to the AVX2

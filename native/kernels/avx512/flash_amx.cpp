@@ -107,9 +107,7 @@ template <int DH>
 inline void values_b(const uint16_t* vh, int nk, uint16_t* vb) {
   constexpr int T = DH / 16;
   uint16_t* vlo = vb + (size_t)2 * T * 512;
-  const __m512i inter = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
-                                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
-                                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+  const __m512i inter = pair_interleave();
   for (int s = 0; s < 2; s++)
     for (int u = 0; u < 16; u++) {
       const int j = 32 * s + 2 * u;
@@ -138,67 +136,52 @@ inline size_t amx_scratch(int R, int Dh) {
          part(16 * (size_t)Dh);
 }
 
-// S of the 16 rows from r0 (their hi and lo query rows at qh, ql) against the block's 64 keys.
+// C [16][64] f32 (ldc bytes between rows) = sum over STEPS K-steps s of A_s . B_s,t for the four
+// column tiles t, every product as hi*hi + hi*lo + lo*hi + lo*lo. A_s: 16 rows of 32 bf16 at
+// ah/al + 32 s (lda bytes between rows); B_s,t: a 16 x 32 bf16 tile at bh/bl + boff(s, t).
+template <int STEPS, class BOff>
+inline void product4(const uint16_t* ah, const uint16_t* al, int lda, const uint16_t* bh, const uint16_t* bl,
+                     BOff boff, float* c, int ldc) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int s = 0; s < STEPS; s++) {
+    _tile_loadd(4, ah + 32 * s, lda);
+    _tile_loadd(5, al + 32 * s, lda);
+#define MB_AMX_COLUMN(t)                 \
+  _tile_loadd(6, bh + boff(s, t), 64);   \
+  _tile_loadd(7, bl + boff(s, t), 64);   \
+  _tile_dpbf16ps(t, 4, 6);               \
+  _tile_dpbf16ps(t, 4, 7);               \
+  _tile_dpbf16ps(t, 5, 6);               \
+  _tile_dpbf16ps(t, 5, 7);
+    MB_AMX_COLUMN(0)
+    MB_AMX_COLUMN(1)
+    MB_AMX_COLUMN(2)
+    MB_AMX_COLUMN(3)
+#undef MB_AMX_COLUMN
+  }
+  _tile_stored(0, c, ldc);
+  _tile_stored(1, c + 16, ldc);
+  _tile_stored(2, c + 32, ldc);
+  _tile_stored(3, c + 48, ldc);
+}
+
+// S [16][Bk] of the 16 query rows at qh, ql (hi and lo, [16][DH]) against the block's keys.
 template <int DH>
 inline void scores_amx(const uint16_t* qh, const uint16_t* ql, const uint16_t* kb, float* pb) {
   constexpr int S = DH / 32;
-  const uint16_t* klo = kb + (size_t)S * 4 * 512;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int s = 0; s < S; s++) {
-    _tile_loadd(4, qh + 32 * s, DH * 2);
-    _tile_loadd(5, ql + 32 * s, DH * 2);
-#define MB_AMX_KEYS(t)                                      \
-  _tile_loadd(6, kb + ((size_t)s * 4 + t) * 512, 64);       \
-  _tile_loadd(7, klo + ((size_t)s * 4 + t) * 512, 64);      \
-  _tile_dpbf16ps(t, 4, 6);                                  \
-  _tile_dpbf16ps(t, 4, 7);                                  \
-  _tile_dpbf16ps(t, 5, 6);                                  \
-  _tile_dpbf16ps(t, 5, 7);
-    MB_AMX_KEYS(0)
-    MB_AMX_KEYS(1)
-    MB_AMX_KEYS(2)
-    MB_AMX_KEYS(3)
-#undef MB_AMX_KEYS
-  }
-  _tile_stored(0, pb, Bk * 4);
-  _tile_stored(1, pb + 16, Bk * 4);
-  _tile_stored(2, pb + 32, Bk * 4);
-  _tile_stored(3, pb + 48, Bk * 4);
+  product4<S>(qh, ql, DH * 2, kb, kb + (size_t)S * 4 * 512, [](int s, int t) { return ((size_t)s * 4 + t) * 512; }, pb,
+              Bk * 4);
 }
 
-// PV of 16 rows: pp their p split [2][16][Bk] bf16, dims [16 d0, 16 d0 + 64) into pv.
+// PV of 16 rows: pp their p split [2][16][Bk] bf16, dims [16 d0, 16 d0 + 64) into pv [16][DH].
 template <int DH>
 inline void values_amx(const uint16_t* pp, const uint16_t* vb, int d0, float* pv) {
   constexpr int T = DH / 16;
-  const uint16_t* vlo = vb + (size_t)2 * T * 512;
-  const uint16_t* plo = pp + 16 * Bk;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int s = 0; s < 2; s++) {
-    _tile_loadd(4, pp + 32 * s, Bk * 2);
-    _tile_loadd(5, plo + 32 * s, Bk * 2);
-#define MB_AMX_DIMS(t)                                              \
-  _tile_loadd(6, vb + (((size_t)s * T + d0 + t) * 16) * 32, 64);    \
-  _tile_loadd(7, vlo + (((size_t)s * T + d0 + t) * 16) * 32, 64);   \
-  _tile_dpbf16ps(t, 4, 6);                                          \
-  _tile_dpbf16ps(t, 4, 7);                                          \
-  _tile_dpbf16ps(t, 5, 6);                                  \
-  _tile_dpbf16ps(t, 5, 7);
-    MB_AMX_DIMS(0)
-    MB_AMX_DIMS(1)
-    MB_AMX_DIMS(2)
-    MB_AMX_DIMS(3)
-#undef MB_AMX_DIMS
-  }
-  _tile_stored(0, pv + 16 * d0, DH * 4);
-  _tile_stored(1, pv + 16 * d0 + 16, DH * 4);
-  _tile_stored(2, pv + 16 * d0 + 32, DH * 4);
-  _tile_stored(3, pv + 16 * d0 + 48, DH * 4);
+  product4<2>(pp, pp + 16 * Bk, Bk * 2, vb, vb + (size_t)2 * T * 512,
+              [d0](int s, int t) { return ((size_t)s * T + d0 + t) * 16 * 32; }, pv + 16 * d0, DH * 4);
 }
 
 // flash.h's softmax on rows [r0, r0 + rm) of the block, their scores in pb rows [0, rm).
@@ -295,23 +278,7 @@ void flash_amx(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
     }
   }
   _tile_release();
-  if (sinks)
-    for (int r = 0; r < R; r++) {
-      const float sink = sinks[r % G];
-      if (sink > m[r]) {
-        const float ms = std::exp(m[r] - sink);
-        for (int d = 0; d < DH; d += 16)
-          _mm512_store_ps(o + (size_t)r * DH + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), _mm512_set1_ps(ms)));
-        l[r] = l[r] * ms + 1.0f;
-      } else {
-        l[r] += std::exp(sink - m[r]);
-      }
-    }
-  for (int r = 0; r < R; r++) {
-    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-    float* dst = out + (size_t)(r / G) * ldo + (size_t)(r % G) * DH;
-    for (int d = 0; d < DH; d += 16) _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * DH + d), inv));
-  }
+  finish_rows<DH>(sinks, o, m, l, R, G, out, ldo);
 }
 
 }  // namespace
