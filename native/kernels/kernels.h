@@ -101,8 +101,9 @@ void add(float* out, const float* a, int n);        // out += a
 //    pass with the products on AMX tiles, every operand split into two bf16 parts and all four
 //    part products summed, so the scores and values are f32-accurate (within the same 1e-5);
 //    its own bits, batch independent like the others. A prefill item runs ~1.65x the f32
-//    kernel; a decode step ~3.2x slower (each key block is converted for 7 rows), which costs
-//    ~14% of decode at 18k keys on Qwen2.5-Coder-0.5B and saves ~27% of an 18.7k-token prefill.
+//    kernel; a decode step ~3.2x slower (each key block is converted for 7 rows). On
+//    Qwen2.5-Coder-0.5B that costs ~4% of decode at 600 keys and ~9% at 10k, and saves ~27% of an
+//    18.7k-token prefill (bench.mjs, bench:agents).
 // Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
 // p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
 // Every kernel takes the keys in blocks of kAttentionKeyAlign from key 0, so a caller with a
