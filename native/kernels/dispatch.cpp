@@ -247,13 +247,16 @@ std::vector<AttnKernel> attention_kernels() {
 const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
     // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference), =avx2 the
-    // AVX2 set on a CPU that has AVX-512 too, =avx512 the AVX-512 set without AMX (benchmarks and
-    // the oracle compare them).
+    // AVX2 set on a CPU that has AVX-512 too (benchmarks and the oracle compare them), =amx the
+    // AVX-512 set with AMX attention where the probe passes. AMX is opt-in: granting a process the
+    // tile state also turns on llama.cpp's AMX matmuls in it (ggml asks for the same permission),
+    // and on the VM measured those fault (SIGILL at tileloadd), which killed the test run that
+    // loads node-llama-cpp beside this addon.
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
     const bool avx2_only = force && std::strcmp(force, "avx2") == 0;
-    const bool no_amx = avx2_only || (force && std::strcmp(force, "avx512") == 0);
-    if (const KernelTable* x = no_amx ? nullptr : amx_table()) return x;
+    if (force && std::strcmp(force, "amx") == 0)
+      if (const KernelTable* x = amx_table()) return x;
     if (const KernelTable* v = avx2_only ? nullptr : avx512_table()) return v;
     if (const KernelTable* a = avx2_table()) return a;
     return &ref_table();

@@ -50,8 +50,8 @@ void matmul_n(const QMatrix* const* W, int n, const float* x, float* const* y, i
 // dst[k] = dequantized row `row` of W (embedding lookup, reference paths).
 void dequantize_row(const QMatrix& W, int64_t row, float* dst);
 
-// Name of the kernel set dispatch.cpp picked ("avx512amx", "avx512vnni", "avx2" or "ref";
-// MB_KERNELS=ref|avx2|avx512 forces one).
+// Name of the kernel set dispatch.cpp picked ("avx512vnni", "avx2" or "ref"; MB_KERNELS=ref|avx2
+// forces one, =amx asks for "avx512amx").
 const char* kernels_backend();
 
 // The start-up gate (kernels/certify.h) on the picked set: "passed", or "failed: " and what
@@ -97,7 +97,7 @@ void add(float* out, const float* a, int n);        // out += a
 //    softmax (tests/test_attention.cpp); its logits stay within llama.cpp's own flash on/off
 //    spread (test/oracle). (A bf16 value product, avx512/flash_bf16.cpp, is tested and benchmarked
 //    but not picked: it leaves that spread.)
-//  - avx512amx (where the OS grants AMX and a probe in a child process runs it): the same flash
+//  - avx512amx (MB_KERNELS=amx, where the OS grants AMX and a probe in a child process runs it): the same flash
 //    pass with the products on AMX tiles, every operand split into two bf16 parts and all four
 //    part products summed, so the scores and values are f32-accurate (within the same 1e-5);
 //    its own bits, batch independent like the others. A prefill item runs ~1.65x the f32
