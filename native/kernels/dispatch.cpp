@@ -248,10 +248,10 @@ const KernelTable& active_table() {
   static const KernelTable* chosen = [] {
     // MB_KERNELS=ref forces the scalar set (debugging numerics against the reference), =avx2 the
     // AVX2 set on a CPU that has AVX-512 too (benchmarks and the oracle compare them), =amx the
-    // AVX-512 set with AMX attention where the probe passes. AMX is opt-in: granting a process the
-    // tile state also turns on llama.cpp's AMX matmuls in it (ggml asks for the same permission),
-    // and on the VM measured those fault (SIGILL at tileloadd), which killed the test run that
-    // loads node-llama-cpp beside this addon.
+    // AVX-512 set with AMX attention where the probe passes. AMX is opt-in because its decode step
+    // converts every key block for a few query rows: at an agent's depth (16k keys) that is ~3x the
+    // f32 kernel's attention time per token, which costs more over a session's answers than the
+    // faster cold prefill saves.
     const char* force = std::getenv("MB_KERNELS");
     if (force && std::strcmp(force, "ref") == 0) return &ref_table();
     const bool avx2_only = force && std::strcmp(force, "avx2") == 0;

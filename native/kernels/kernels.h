@@ -103,7 +103,9 @@ void add(float* out, const float* a, int n);        // out += a
 //    its own bits, batch independent like the others. A prefill item runs ~1.65x the f32
 //    kernel; a decode step ~3.2x slower (each key block is converted for 7 rows). On
 //    Qwen2.5-Coder-0.5B that costs ~4% of decode at 600 keys and ~9% at 10k, and saves ~27% of an
-//    18.7k-token prefill (bench.mjs, bench:agents).
+//    18.7k-token prefill (bench.mjs, bench:agents); at 16k keys its decode attention is ~26 ms a
+//    token against the f32 kernel's 9, which is why it is asked for, not picked. It restores the
+//    calling thread's tile configuration, so a neighbour's AMX code (ggml) keeps its own.
 // Row (i, h) depends only on its own q, its position and the keys: the same bits whatever n and
 // p0 of the call it is part of (a token alone, in a prefill chunk, or a chunk cut elsewhere).
 // Every kernel takes the keys in blocks of kAttentionKeyAlign from key 0, so a caller with a

@@ -1,8 +1,7 @@
 // Flash attention with the products on AMX tiles (TDPBF16PS), at f32 accuracy: each bf16
-// operand is split into a high and a low bf16 part and every product is summed as
-// hi*hi + hi*lo + lo*hi (the lo*lo term, 2^-16 of the product, is dropped). The f16 cache and the
-// f16-rounded query have 11 significant bits, so for them hi + lo is exact; the probabilities
-// (f32) keep 16. The softmax is flash.h's, in AVX-512 on the scores the tiles return.
+// operand is split into a high and a low bf16 part and all four part products are summed. The f16
+// cache and the f16-rounded query have 11 significant bits, so for them hi + lo is exact; the
+// probabilities (f32) keep 16. The softmax is flash.h's, in AVX-512 on the scores the tiles return.
 //
 // Dimension legend: n query positions from p0; G query heads per KV head; DH head dim; R = n * G
 // query rows, row r = i * G + h at position p0 + i; N = p0 + n keys; Bk = 64 keys per block
@@ -36,14 +35,33 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-inline void load_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
+// The tile configuration is per thread and belongs to whoever set it: the x86-64 ABI has a function
+// that changes it put the caller's back (tile data is the caller's to save). Another library in the
+// process (llama.cpp's AMX matmuls) configures a thread once and trusts it to stay so; a release
+// here would leave its next tile load to fault on the same thread.
+class TileScope {
+ public:
+  TileScope() {
+    _tile_storeconfig(&saved_);
+    TileConfig cfg;
+    for (int t = 0; t < 8; t++) {
+      cfg.colsb[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
   }
-  _tile_loadconfig(&cfg);
-}
+  ~TileScope() {
+    if (saved_.palette != 0)
+      _tile_loadconfig(&saved_);
+    else
+      _tile_release();
+  }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  TileConfig saved_;
+};
 
 // hi: x with its mantissa cut to bf16's 7 bits (exact as f32); lo = x - hi, exact as f32 and, for
 // a value of 11 significant bits (the f16 cache, the f16-rounded query), exact in bf16 too. All
@@ -243,41 +261,42 @@ void flash_amx(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
     l[r] = 0.0f;
   }
   std::memset(pp, 0, sizeof(uint16_t) * 2 * 16 * Bk);
-  load_tiles();
-  Call c{nullptr, o, m, l, nullptr, nullptr, pb, nullptr, nullptr, G, p0, 0, 0, window, scale};
-  const int k_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk * Bk : 0;
-  for (int k0 = k_lo; k0 < N; k0 += Bk) {
-    c.k0 = k0;
-    c.nk = std::min(Bk, N - k0);
-    keys_b<DH>(k + (size_t)k0 * DH, c.nk, kb);
-    values_b<DH>(v + (size_t)k0 * DH, c.nk, vb);
-    // rows whose position is before the block see none of it, nor do rows whose window starts
-    // past it (rows are in position order)
-    const int r_hi = window > 0 ? std::min(R, (k0 + c.nk + window - 1 - p0) * G) : R;
-    for (int r0 = std::max(0, k0 - p0) * G; r0 < r_hi; r0 += 16) {
-      const int rm = std::min(16, r_hi - r0);
-      scores_amx<DH>(qh + (size_t)r0 * DH, ql + (size_t)r0 * DH, kb, pb);
-      alignas(64) float alpha[16];
-      softmax_run(c, r0, rm, alpha);
-      for (int x = 0; x < rm; x++) {  // p -> bf16 hi and lo rows (rows past rm: an earlier run's, or 0; unused)
-        const float* pr = pb + (size_t)x * Bk;
-        for (int j = 0; j < Bk; j += 32) {
-          __m512i hi, lo;
-          split32<true>(_mm512_load_ps(pr + j), _mm512_load_ps(pr + j + 16), &hi, &lo);
-          _mm512_store_si512((__m512i*)(pp + (size_t)x * Bk + j), hi);
-          _mm512_store_si512((__m512i*)(pp + 16 * Bk + (size_t)x * Bk + j), lo);
+  {
+    const TileScope tiles;
+    Call c{nullptr, o, m, l, nullptr, nullptr, pb, nullptr, nullptr, G, p0, 0, 0, window, scale};
+    const int k_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk * Bk : 0;
+    for (int k0 = k_lo; k0 < N; k0 += Bk) {
+      c.k0 = k0;
+      c.nk = std::min(Bk, N - k0);
+      keys_b<DH>(k + (size_t)k0 * DH, c.nk, kb);
+      values_b<DH>(v + (size_t)k0 * DH, c.nk, vb);
+      // rows whose position is before the block see none of it, nor do rows whose window starts
+      // past it (rows are in position order)
+      const int r_hi = window > 0 ? std::min(R, (k0 + c.nk + window - 1 - p0) * G) : R;
+      for (int r0 = std::max(0, k0 - p0) * G; r0 < r_hi; r0 += 16) {
+        const int rm = std::min(16, r_hi - r0);
+        scores_amx<DH>(qh + (size_t)r0 * DH, ql + (size_t)r0 * DH, kb, pb);
+        alignas(64) float alpha[16];
+        softmax_run(c, r0, rm, alpha);
+        for (int x = 0; x < rm; x++) {  // p -> bf16 hi and lo rows (rows past rm: an earlier run's, or 0; unused)
+          const float* pr = pb + (size_t)x * Bk;
+          for (int j = 0; j < Bk; j += 32) {
+            __m512i hi, lo;
+            split32<true>(_mm512_load_ps(pr + j), _mm512_load_ps(pr + j + 16), &hi, &lo);
+            _mm512_store_si512((__m512i*)(pp + (size_t)x * Bk + j), hi);
+            _mm512_store_si512((__m512i*)(pp + 16 * Bk + (size_t)x * Bk + j), lo);
+          }
         }
-      }
-      for (int d0 = 0; d0 < DH / 16; d0 += 4) values_amx<DH>(pp, vb, d0, pv);
-      for (int x = 0; x < rm; x++) {
-        const __m512 a = _mm512_set1_ps(alpha[x]);
-        float* orow = o + (size_t)(r0 + x) * DH;
-        for (int d = 0; d < DH; d += 16)
-          _mm512_store_ps(orow + d, _mm512_fmadd_ps(_mm512_load_ps(orow + d), a, _mm512_load_ps(pv + (size_t)x * DH + d)));
+        for (int d0 = 0; d0 < DH / 16; d0 += 4) values_amx<DH>(pp, vb, d0, pv);
+        for (int x = 0; x < rm; x++) {
+          const __m512 a = _mm512_set1_ps(alpha[x]);
+          float* orow = o + (size_t)(r0 + x) * DH;
+          for (int d = 0; d < DH; d += 16)
+            _mm512_store_ps(orow + d, _mm512_fmadd_ps(_mm512_load_ps(orow + d), a, _mm512_load_ps(pv + (size_t)x * DH + d)));
+        }
       }
     }
   }
-  _tile_release();
   finish_rows<DH>(sinks, o, m, l, R, G, out, ldo);
 }
 
@@ -298,7 +317,7 @@ size_t flash_attention_amx_scratch_floats(int R, int Dh, int N) {
 // A tile product in this process: 1 . 1 summed over 32 pairs must give 32. Run only in the probe's
 // child (dispatch.cpp), where an illegal instruction ends that child alone.
 bool amx_bf16_works() {
-  load_tiles();
+  const TileScope tiles;
   alignas(64) uint16_t a[16 * 32], b[16 * 32];
   alignas(64) float cbuf[16 * 16];
   for (int i = 0; i < 16 * 32; i++) a[i] = b[i] = 0x3f80;  // bf16 1.0
@@ -307,7 +326,6 @@ bool amx_bf16_works() {
   _tile_loadd(6, b, 64);
   _tile_dpbf16ps(0, 4, 6);
   _tile_stored(0, cbuf, 64);
-  _tile_release();
   for (float x : cbuf)
     if (x != 32.0f) return false;
   return true;
