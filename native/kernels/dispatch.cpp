@@ -185,6 +185,12 @@ static KernelTable build_avx512() {
   k.gemm8[S_Q5_1] = avx512::gemm8_q5_1;
   k.gemm8[S_Q8_0] = avx512::gemm8_q8_0;
   k.gemm8[S_MXFP4] = avx512::gemm8_mxfp4;
+  k.gemm4[S_Q4_0] = avx512::gemm4_q4_0;
+  k.gemm4[S_Q4_1] = avx512::gemm4_q4_1;
+  k.gemm4[S_Q5_0] = avx512::gemm4_q5_0;
+  k.gemm4[S_Q5_1] = avx512::gemm4_q5_1;
+  k.gemm4[S_Q8_0] = avx512::gemm4_q8_0;
+  k.gemm4[S_MXFP4] = avx512::gemm4_mxfp4;
   k.gemm16[S_Q4_K] = avx512::gemm16_q4_K;
   k.gemm16[S_Q6_K] = avx512::gemm16_q6_K;
   k.gemm16[S_Q4_0] = avx512::gemm16_q4_0;

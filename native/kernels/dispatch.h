@@ -31,7 +31,7 @@ using AttnScratchFn = size_t (*)(int R, int Dh, int N);
 constexpr int kGemm8MaxGroups = 4;  // the most groups Gemm8::run_n takes
 
 // Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q6_K): pack lays out nt <= 8 partner-typed activation rows (x_stride bytes
+// Q5_1, Q8_0, MXFP4; its gemm4 the same interface for groups of 4): pack lays out nt <= 8 partner-typed activation rows (x_stride bytes
 // apart) in packed_bytes(k) bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt
 // tokens, with the same bits as the table's tile/dot for every pair. Its scalar reference is
 // ref/'s dot for the type.
@@ -41,7 +41,7 @@ struct Gemm8 {
   void (*run)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, int nt, float* y,
               size_t ldy);
   // Optional: run over n_groups <= kGemm8MaxGroups consecutive packed groups (group_bytes apart,
-  // all full but the last, which has nt tokens; y rows of group g at 8 * g * ldy), each weight block
+  // all full but the last, which has nt tokens; y rows of group g at (group size) * g * ldy), each weight block
   // unpacked once for all of them; the same bits as run on each group.
   void (*run_n)(int64_t k, const uint8_t* w, size_t w_stride, int nr, const uint8_t* packed, size_t group_bytes,
                 int n_groups, int nt, float* y, size_t ldy);
@@ -72,6 +72,7 @@ struct KernelTable {
   DotFn dot[S_COUNT];
   TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
   Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
+  Gemm8 gemm4[S_COUNT];  // the same for groups of 4 tokens; where set, the driver prefers it from 2 to 7 tokens
   Gemm16 gemm16[S_COUNT];  // run may be null; where set, the driver prefers it to gemm8 from kGemm16MinTokens
   void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
   void (*softmax)(float* x, int n);

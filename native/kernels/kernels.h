@@ -28,7 +28,7 @@ size_t ggml_row_bytes(GgmlType t, int64_t k);
 // does) allocates nothing per call. One matmul at a time per scratch.
 struct MatmulScratch {
   std::vector<uint8_t> xq;
-  std::vector<uint8_t> packed;  // the activations again, in groups of 8 tokens for a Gemm8 kernel
+  std::vector<uint8_t> packed;  // the activations again, in groups of 8 (or 4) tokens for a Gemm8 kernel
   std::vector<uint8_t> unpacked;  // per thread, one block of 16 weight rows for a Gemm16 kernel
 };
 

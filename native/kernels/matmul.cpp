@@ -21,6 +21,11 @@ constexpr size_t kTokBlockBytes = 8 * 1024;  // activation bytes per token block
 constexpr size_t kL2Budget = 1 << 20;        // weight bytes per thread assumed to stay in L2
 constexpr int kParallelQuantRows = 16;  // below this, quantizing x on one thread is cheaper than a barrier
 constexpr int kGemm8Group = 8;          // tokens per Gemm8 group
+constexpr int kGemm4Group = 4;          // tokens per group of the table's gemm4
+// gemm4 from 2 tokens to one less than this; above, Gemm16 (bench_kernels --cold, 2 threads,
+// Qwen2.5-Coder-0.5B's Q5_0 gate/up and Q8_0 output: groups of 4 faster at 128 tokens by 5%,
+// slower at 256 by 16%; at 16 tokens 1.8x faster)
+constexpr int kGemm4Below = 160;
 // Gemm8 chunks: about this many per thread (fewer leave a thread idle at the end when the other
 // was preempted), of at most this many rows (more gain nothing: ~10 us of work at K = 576)
 constexpr int kChunksPerThread = 16;
@@ -45,11 +50,15 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
 
   // Tokens [0, tg) go through the table's 8-token GEMM where it has one, in groups packed once
   // per call; the rest (all of them without one) through the tile kernels. Same bits either way.
+  // From 2 to kGemm4Below - 1 tokens, groups of 4 where the table has them: their lanes all work
+  // from 4 tokens on, and they read a strip of weights once for up to 16 tokens.
+  const bool use4 = kt.gemm4[slot].run && T >= 2 && T < kGemm4Below;
   const Gemm16& g16 = kt.gemm16[slot];
-  const bool use16 = g16.run && T >= kGemm16MinTokens;
-  const Gemm8& g8 = kt.gemm8[slot];
-  const int ng = g8.run && !use16 ? T / kGemm8Group + (T % kGemm8Group >= g8.min_tokens ? 1 : 0) : 0;
-  const int tg = std::min(T, ng * kGemm8Group);
+  const bool use16 = g16.run && T >= kGemm16MinTokens && !use4;
+  const Gemm8& g8 = use4 ? kt.gemm4[slot] : kt.gemm8[slot];
+  const int group = use4 ? kGemm4Group : kGemm8Group;  // tokens per packed group
+  const int ng = g8.run && !use16 ? T / group + (T % group >= g8.min_tokens ? 1 : 0) : 0;
+  const int tg = std::min(T, ng * group);
   const size_t gpb = ng ? g8.packed_bytes(K) : 0;  // packed bytes per group
 
   // xq[T][xrb]: the activations in W's partner type, quantized once for the whole call, and
@@ -85,8 +94,8 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
     // unit u < ng: group u's tokens, then its pack; u >= ng: token tg + (u - ng) alone
     const int units = ng + (T - tg);
     auto prepare = [&](int u) {
-      const int t0 = u < ng ? u * kGemm8Group : tg + (u - ng);
-      const int nt = u < ng ? std::min(kGemm8Group, T - t0) : 1;
+      const int t0 = u < ng ? u * group : tg + (u - ng);
+      const int nt = u < ng ? std::min(group, T - t0) : 1;
       if (vt != GgmlType::F32)
         for (int t = t0; t < t0 + nt; t++) quantize_row_for(kt, W.type, x + (size_t)t * K, xb + (size_t)t * xrb, K);
       if (aux)
@@ -147,8 +156,8 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   auto gemm_chunk = [&](int64_t c) {
     const int s = (int)(fits_l2 ? c / nrb : c % nsteps);
     const int64_t ra = (fits_l2 ? c % nrb : c / nsteps) * rb, rz = std::min(N, ra + rb);
-    const int g = s * gstep, n = std::min(gstep, ng - g), t0 = g * kGemm8Group;
-    const int nt_last = std::min(kGemm8Group, T - (g + n - 1) * kGemm8Group);
+    const int g = s * gstep, n = std::min(gstep, ng - g), t0 = g * group;
+    const int nt_last = std::min(group, T - (g + n - 1) * group);
     for (int64_t r = ra; r < rz; r += kRowTile) {
       const int nr = (int)std::min<int64_t>(kRowTile, rz - r);
       if (g8.run_n)

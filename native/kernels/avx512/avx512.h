@@ -10,6 +10,8 @@ namespace avx512 {
 // vnni.cpp (needs AVX-512 F/BW/DQ/VL/VNNI): GEMM for groups of up to 8 tokens (Q4_K and Q6_K:
 // the same bits as the AVX2 dot kernels).
 extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_mxfp4;
+// The same interface for groups of 4 tokens, as 4 rows x 4 tokens per zmm (T = 2 .. 7).
+extern const Gemm8 gemm4_q4_0, gemm4_q4_1, gemm4_q5_0, gemm4_q5_1, gemm4_q8_0, gemm4_mxfp4;
 // gemm16.cpp (same flags): GEMM over blocks of 16 weight rows for Q4_K and Q6_K (the same bits
 // as the AVX2 tile and dot) and Q4_0, Q5_0, Q8_0 (the same bits as vnni_tile and vnni_dot), the
 // weights unpacked once per call.

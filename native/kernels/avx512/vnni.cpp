@@ -1,4 +1,4 @@
-// AVX-512 VNNI GEMM for groups of up to 8 tokens, for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
+// AVX-512 VNNI GEMM for groups of up to 8 tokens, and of 4 (gemm4_strip, below), for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0: the default model, and most tensors of a 576-wide model quantized "Q4_K_M", which falls back
 // to Q5_0) and MXFP4 (gpt-oss's experts, same 32-element blocks). Compiled with
 // -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C); dispatch.cpp uses it only after checking the CPU.
@@ -208,6 +208,9 @@ void gemm_pairs(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* p
   for (int g = 0; g < NG; g++) acc[g] = msum[g] = _mm512_setzero_ps();
   alignas(64) int64_t wq[8];
   for (int64_t i = 0; i < nb; i++) {
+    // the same blocks two 4-row strips ahead (gemm4_strip's distance)
+    _mm_prefetch((const char*)&row0[i] + 8 * ws, _MM_HINT_T0);
+    _mm_prefetch((const char*)&row1[i] + 8 * ws, _MM_HINT_T0);
     P::values(row0[i], row1[i], wq);
     const __m512 wd = pair_scales<WT>(row0[i], row1[i]);
     __m512 wm = _mm512_setzero_ps();
@@ -259,6 +262,20 @@ void run_n(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed
 // each (row, token) block sum is vpdpbusd over the block's 8 lanes, folded to one integer (exact),
 // then scale = d_w * d_x, acc = fma(scale, float(sum), acc), msum = fma(m_w, s_x, msum).
 constexpr int kPrefetchBlocks = 8;
+// Up to 4 rows' weight scales as floats, from their f16 d (16 bits a row) or MXFP4's E8M0 byte
+// (8 bits a row) packed in dbits.
+template <GgmlType WT> inline __m128 row_scales(uint64_t dbits) {
+  if constexpr (WT == GgmlType::MXFP4) {
+    // e8m0_half on 4 lanes: 2^(e-1) as float bits, 0x00200000 << e for e < 2 (subnormal)
+    const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)(uint32_t)dbits));  // the byte at 0 is e
+    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+    const __m128i tiny = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+    return _mm_castsi128_ps(_mm_blendv_epi8(normal, tiny, _mm_cmpgt_epi32(_mm_set1_epi32(2), e)));
+  } else {
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));
+  }
+}
+
 template <GgmlType WT, int NR, int NT>
 void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, size_t ldy) {
   using P = Pair<WT>;
@@ -295,16 +312,7 @@ void vnni_kernel(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_
         mbits |= (uint64_t)h << (16 * r);
       }
     }
-    __m128 vwd;
-    if constexpr (WT == GgmlType::MXFP4) {
-      // e8m0_half on 4 lanes: 2^(e-1) as float bits, 0x00200000 << e for e < 2 (subnormal)
-      const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)(uint32_t)dbits));  // the byte at 0 is e
-      const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
-      const __m128i tiny = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
-      vwd = _mm_castsi128_ps(_mm_blendv_epi8(normal, tiny, _mm_cmpgt_epi32(_mm_set1_epi32(2), e)));
-    } else {
-      vwd = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));
-    }
+    const __m128 vwd = row_scales<WT>(dbits);
     const __m128 vwm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits));
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
@@ -352,6 +360,139 @@ void vnni_rows(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t 
 
 template <int C> size_t packed_bytes(int64_t k) { return (size_t)(k / QK) * packed_block_bytes<C>(); }
 
+// Groups of 4 tokens (T = 2 .. 7: a few streams, speculative verification rows), where an 8-token
+// group would leave half its lanes idle and the tiles repeat their per-token folding: lane 4r + t
+// of a zmm is (row r of a 4-row strip, token t), so one vpdpbusd computes group j's integer sum
+// for all 16 (row, token) pairs and no fold is needed. Token t's dword j comes packed as
+// [x0j x1j x2j x3j] (a 16-byte broadcast load); row r's dword j is picked from the strip's four
+// rows by one vpermt2d per group j, shared by every packed group of the call. Per lane the
+// arithmetic is vnni_kernel's (exact block sum, then acc = fma(d_w * d_x, float(sum), acc),
+// msum = fma(m_w, s_x, msum)), so the bits are the tiles'.
+// Packed block of 4 tokens: q[8][4] dwords, then d[4] and s[4] floats and c[4] int32 sum starts.
+constexpr size_t kPack4Q = 8 * 16;
+constexpr size_t kPack4Block = kPack4Q + 3 * 16;
+size_t packed4_bytes(int64_t k) { return (size_t)(k / QK) * kPack4Block; }
+
+template <bool Q81, int C>
+void pack4(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
+  const int64_t nb = k / QK;
+  const size_t xbb = Q81 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  for (int64_t i = 0; i < nb; i++) {
+    uint8_t* o = out + i * kPack4Block;
+    int32_t* q = (int32_t*)o;
+    float* d = (float*)(o + kPack4Q);
+    float* s = d + 4;
+    int32_t* c = (int32_t*)(s + 4);
+    for (int t = 0; t < 4; t++) {
+      float dt = 0, st = 0;
+      int32_t qt[8] = {0}, ct = 0;
+      if (t < nt) {
+        const uint8_t* b = xq + t * xs + i * xbb;
+        half h;
+        std::memcpy(&h, b, 2);
+        dt = _cvtsh_ss(h);
+        if (Q81) {
+          std::memcpy(&h, b + 2, 2);
+          st = _cvtsh_ss(h);
+        }
+        const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
+        std::memcpy(qt, qs, 32);
+        if (C)
+          for (int e = 0; e < QK; e++) ct -= C * qs[e];
+      }
+      for (int j = 0; j < 8; j++) q[j * 4 + t] = qt[j];
+      d[t] = dt;
+      s[t] = st;
+      c[t] = ct;
+    }
+  }
+}
+
+// The four rows' f16 d (or MXFP4's E8M0 byte) and min as [v0 v1 v2 v3], as vnni_kernel makes them.
+template <GgmlType WT, class W>
+inline void strip_scales(const W* const* b, int64_t i, __m128* vwd, __m128* vwm) {
+  uint64_t dbits = 0, mbits = 0;
+  for (int r = 0; r < 4; r++) {
+    uint16_t h;
+    std::memcpy(&h, &b[r][i], 2);
+    dbits |= WT == GgmlType::MXFP4 ? (uint64_t)(h & 0xff) << (8 * r) : (uint64_t)h << (16 * r);
+    if constexpr (Pair<WT>::kMin) {
+      std::memcpy(&h, (const uint8_t*)&b[r][i] + 2, 2);
+      mbits |= (uint64_t)h << (16 * r);
+    }
+  }
+  *vwd = row_scales<WT>(dbits);
+  *vwm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits));
+}
+
+template <GgmlType WT, int NG>
+void gemm4_strip(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int nt, float* y,
+                 size_t ldy) {
+  using P = Pair<WT>;
+  using W = typename P::W;
+  const int64_t nb = k / QK;
+  const W* rows[4];
+  for (int r = 0; r < 4; r++) rows[r] = (const W*)(w + (size_t)(r < nr ? r : 0) * ws);  // rows past nr: row 0, unstored
+  const __m512i lane_row = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+  __m512 acc[NG], msum[NG];
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; g++) acc[g] = msum[g] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+#pragma GCC unroll 4
+    // the same block two strips ahead, as the one-token tiles do: a matrix streamed from memory
+    // needs that distance, and the strip's few tokens do not hide a nearer one
+    for (int r = 0; r < 4; r++) _mm_prefetch((const char*)&rows[r][i] + 2 * 4 * ws, _MM_HINT_T0);
+    const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(P::row(rows[0][i])), P::row(rows[1][i]), 1);
+    const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(P::row(rows[2][i])), P::row(rows[3][i]), 1);
+    __m512i wj[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) wj[j] = _mm512_permutex2var_epi32(A, _mm512_add_epi32(pick0, _mm512_set1_epi32(j)), B);
+    __m128 vwd, vwm;
+    strip_scales<WT>(rows, i, &vwd, &vwm);
+    const __m512 wd = _mm512_permutexvar_ps(lane_row, _mm512_castps128_ps512(vwd));
+    const __m512 wm = P::kMin ? _mm512_permutexvar_ps(lane_row, _mm512_castps128_ps512(vwm)) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) {
+      const uint8_t* pk = packed + g * gpb + i * kPack4Block;
+      const float* pd = (const float*)(pk + kPack4Q);
+      __m512i even = P::C ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(pd + 8))) : _mm512_setzero_si512();
+      __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 8; j += 2) {
+        even = _mm512_dpbusd_epi32(even, wj[j], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(pk + 16 * j))));
+        odd = _mm512_dpbusd_epi32(odd, wj[j + 1], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(pk + 16 * j + 16))));
+      }
+      const __m512 scale = _mm512_mul_ps(wd, _mm512_broadcast_f32x4(_mm_loadu_ps(pd)));
+      acc[g] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), acc[g]);
+      if constexpr (P::kMin) msum[g] = _mm512_fmadd_ps(wm, _mm512_broadcast_f32x4(_mm_loadu_ps(pd + 4)), msum[g]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; g++) {
+    alignas(64) float out[16];
+    _mm512_store_ps(out, P::kMin ? _mm512_add_ps(acc[g], msum[g]) : acc[g]);
+    const int ntg = g + 1 < NG ? 4 : nt;
+    for (int t = 0; t < ntg; t++)
+      for (int r = 0; r < nr; r++) y[(size_t)(4 * g + t) * ldy + r] = out[4 * r + t];
+  }
+}
+template <GgmlType WT>
+void run4_one(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, int nt, float* y, size_t ldy) {
+  gemm4_strip<WT, 1>(k, w, ws, nr, packed, 0, nt, y, ldy);
+}
+template <GgmlType WT>
+void run4_n(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* packed, size_t gpb, int ng, int nt, float* y,
+            size_t ldy) {
+  static_assert(kGemm8MaxGroups == 4, "one case per group count");
+  switch (ng) {
+    case 4: gemm4_strip<WT, 4>(k, w, ws, nr, packed, gpb, nt, y, ldy); break;
+    case 3: gemm4_strip<WT, 3>(k, w, ws, nr, packed, gpb, nt, y, ldy); break;
+    case 2: gemm4_strip<WT, 2>(k, w, ws, nr, packed, gpb, nt, y, ldy); break;
+    default: gemm4_strip<WT, 1>(k, w, ws, nr, packed, gpb, nt, y, ldy); break;
+  }
+}
+
 }  // namespace
 
 extern const Gemm8 gemm8_q4_0 = {packed_bytes<8>, pack8<false, 8>, run_one<GgmlType::Q4_0>, run_n<GgmlType::Q4_0>};
@@ -360,6 +501,13 @@ extern const Gemm8 gemm8_q5_0 = {packed_bytes<16>, pack8<false, 16>, run_one<Ggm
 extern const Gemm8 gemm8_q5_1 = {packed_bytes<0>, pack8<true, 0>, run_one<GgmlType::Q5_1>, run_n<GgmlType::Q5_1>};
 extern const Gemm8 gemm8_q8_0 = {packed_bytes<128>, pack8<false, 128>, run_one<GgmlType::Q8_0>, run_n<GgmlType::Q8_0>};
 extern const Gemm8 gemm8_mxfp4 = {packed_bytes<12>, pack8<false, 12>, run_one<GgmlType::MXFP4>, run_n<GgmlType::MXFP4>};
+// a short last group of one token still goes through run: T = 5 is then one pass over the weights
+extern const Gemm8 gemm4_q4_0 = {packed4_bytes, pack4<false, 8>, run4_one<GgmlType::Q4_0>, run4_n<GgmlType::Q4_0>, 1};
+extern const Gemm8 gemm4_q4_1 = {packed4_bytes, pack4<true, 0>, run4_one<GgmlType::Q4_1>, run4_n<GgmlType::Q4_1>, 1};
+extern const Gemm8 gemm4_q5_0 = {packed4_bytes, pack4<false, 16>, run4_one<GgmlType::Q5_0>, run4_n<GgmlType::Q5_0>, 1};
+extern const Gemm8 gemm4_q5_1 = {packed4_bytes, pack4<true, 0>, run4_one<GgmlType::Q5_1>, run4_n<GgmlType::Q5_1>, 1};
+extern const Gemm8 gemm4_q8_0 = {packed4_bytes, pack4<false, 128>, run4_one<GgmlType::Q8_0>, run4_n<GgmlType::Q8_0>, 1};
+extern const Gemm8 gemm4_mxfp4 = {packed4_bytes, pack4<false, 12>, run4_one<GgmlType::MXFP4>, run4_n<GgmlType::MXFP4>, 1};
 
 template <GgmlType WT>
 void vnni_tile(int64_t k, const uint8_t* w, size_t ws, int nr, const uint8_t* x, size_t xs, int nt, float* y,

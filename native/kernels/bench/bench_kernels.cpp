@@ -4,7 +4,7 @@
 // for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
 // usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME] [--tokens T] [--threads N]
 //   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
+//   avx512vnni, avx512-g8, avx512-no4, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
 //   a few streams or speculative verification rows) instead of 1, 8, 32, 512; --threads: that
 //   thread count only;
 //   --cold: each call reads a different copy of the matrix, out of copies that together exceed
@@ -90,13 +90,19 @@ int main(int argc, char** argv) {
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
   // and without the 16-row GEMMs (Gemm8, or the K-quants' tiles, for every T): what Gemm16 gains
-  KernelTable one_group{}, no16{}, tiles_only{};
+  // and without the 4-token groups (8-token groups and tiles below 16 tokens, Gemm16 from 16): what they gain
+  KernelTable one_group{}, no16{}, no4{}, tiles_only{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
     one_group = *v;
     one_group.name = "avx512-g8";
     for (Gemm8& g : one_group.gemm8) g.run_n = nullptr;
+    for (Gemm8& g : one_group.gemm4) g.run_n = nullptr;
     tables.push_back(&one_group);
+    no4 = *v;
+    no4.name = "avx512-no4";
+    for (Gemm8& g : no4.gemm4) g = {};
+    tables.push_back(&no4);
     no16 = *v;
     no16.name = "avx512-no16";
     for (Gemm16& g : no16.gemm16) g = {};
@@ -105,6 +111,7 @@ int main(int argc, char** argv) {
     tiles_only = no16;
     tiles_only.name = "avx512-tiles";
     for (Gemm8& g : tiles_only.gemm8) g = {};
+    for (Gemm8& g : tiles_only.gemm4) g = {};
     tables.push_back(&tiles_only);
   }
   std::printf("%-24s %-5s %-10s %3s %4s %10s %10s %10s %9s %9s\n", "shape", "type", "table", "thr", "T",

@@ -470,20 +470,21 @@ static void test_rope() {
 }
 
 // A token gives the same bits in a batch of any size as computed alone, for every type of the
-// table: through the 8-token GEMM where the type has one (full groups, a short last group,
-// leftovers below the kernel's min_tokens, steps of one to kGemm8MaxGroups groups), through the
-// tiles where it has none (the K-quants below Gemm16's 16 tokens), odd row counts, any thread count.
+// table: through the 4-token groups (2 to 159 tokens: full groups, a short last group, steps of one
+// to kGemm8MaxGroups groups), Gemm16 past them, through the tiles where a type has neither (the
+// K-quants below Gemm16's 16 tokens), odd row counts, any thread count.
 static void test_batch_bits(const KernelTable& vt, ThreadPool* pool) {
-  int with_gemm8 = 0;
+  int with_gemm8 = 0, with_gemm4 = 0;
   for (GgmlType t : kWeightTypes) {
     if (!vt.dot[type_slot(t)]) continue;
     if (vt.gemm8[type_slot(t)].run) with_gemm8++;
+    if (vt.gemm4[type_slot(t)].run) with_gemm4++;
     const bool kquant = vec_dot_type(t) == GgmlType::Q8_K;
     for (int64_t K : {kquant ? 256 : 64, kquant ? 1536 : 576}) {
       const int64_t N = 45;
       auto w = random_rows(t, N, K);
       QMatrix W{t, K, N, w.data()};
-      for (int T : {2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 19, 24, 28, 36, 64, 67}) {
+      for (int T : {2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 19, 24, 28, 36, 64, 67, 159, 160, 171}) {
         auto x = random_floats((size_t)T * K, 3.0f);
         std::vector<float> yv((size_t)T * N, NAN), ya((size_t)T * N, NAN);
         MatmulScratch sc;
@@ -496,6 +497,8 @@ static void test_batch_bits(const KernelTable& vt, ThreadPool* pool) {
   }
   CHECK(with_gemm8 == 6, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, found %d", vt.name,
         with_gemm8);
+  CHECK(with_gemm4 == 6, "%s: expected 4-token group kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, found %d", vt.name,
+        with_gemm4);
 }
 
 // The 16-row GEMM, called directly: every row count of a block (1 .. 16) and token count (1 .. 19,
