@@ -31,14 +31,14 @@
 // MB_BENCH_DOT_PER_CYCLE (int8 dot-product instructions per cycle per core; see cpuPeak).
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { createWriteStream, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
-import { createServer } from "node:net";
 import { availableParallelism, homedir, loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { peerBin } from "../scripts/build-llama-peer.mjs";
+import { freePort, serverStarter } from "./servers.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const { values: opt } = parseArgs({
@@ -90,7 +90,6 @@ const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : "-");
 const pct = (x) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : "-");
 const mib = (b) => (b / 1048576).toFixed(1);
 const load = () => loadavg()[0].toFixed(1);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const live = new Set(); // servers and llama-bench runs this process started, ended if it is stopped
 
 // ---------------------------------------------------------------------------------------------
@@ -247,55 +246,7 @@ async function mashboxAddon(modelPath, { sizes = PREFILL, decode = DECODE, depth
 
 // ---------------------------------------------------------------------------------------------
 // Servers over HTTP
-async function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => res(port));
-    });
-  });
-}
-async function startServer(name, cmd, argv, port) {
-  const log = join(logDir, `${name}-${port}.log`);
-  const out = createWriteStream(log);
-  const child = spawn(cmd, argv, { stdio: ["ignore", "pipe", "pipe"] });
-  live.add(child);
-  child.stdout.pipe(out);
-  child.stderr.pipe(out);
-  let exited = null;
-  child.once("exit", (code, sig) => {
-    exited = code ?? sig;
-    live.delete(child);
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 600_000;
-  for (;;) {
-    if (exited !== null) throw new Error(`${name} exited ${exited} before it was ready (log: ${log})`);
-    if (Date.now() > deadline) {
-      child.kill("SIGKILL");
-      throw new Error(`${name} not ready after 600 s (log: ${log})`);
-    }
-    try {
-      const r = await fetch(`${base}/health`);
-      if (r.status === 200) break;
-    } catch {
-      // not listening yet
-    }
-    await sleep(250);
-  }
-  return {
-    base,
-    stop: () =>
-      new Promise((res) => {
-        if (exited !== null) return res();
-        child.once("exit", () => res());
-        child.kill("SIGTERM");
-        setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
-      }),
-  };
-}
+const startServer = serverStarter(logDir, live);
 const mashboxServer = async (modelPath, slots, ctx) => {
   const port = await freePort();
   return startServer("mashbox", process.execPath, [join(root, "bin", "mashbox.js"), "run", modelPath, "--port", String(port),

@@ -10,18 +10,25 @@
 // tokens (greedy speculation is exact). Then aggregate tok/s of --streams concurrent prose
 // streams (one slot each), where drafts compete with the other streams' rows for the step.
 // The load average is printed, since the box is shared.
+// Then, unless --no-llama, llama.cpp's llama-server (the peer build, scripts/build-llama-peer.mjs)
+// on the same GGUF and prompt tokens, one slot, greedy: without speculation, with --spec-type
+// ngram-mod and ngram-simple, and with --draft its draft-simple mode (-md). Its rate is its own
+// timings.predicted_per_second, with its draft_n / draft_n_accepted.
 //
 //   --model PATH   (default ~/.cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)
 //   --rounds N     (default 3)   --threads N (default: all cores)   --tokens N (default 256)
 //   --draft-max N  (default 8)    --streams N (default 4; 0 skips)
 //   --draft PATH   a draft model GGUF of the same vocabulary: adds the draft column
 //   --workloads a,b  (default rename,prose)
-import { existsSync } from "node:fs";
+//   --no-llama     skip llama-server
+import { existsSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
-import { availableParallelism, homedir, loadavg } from "node:os";
+import { availableParallelism, homedir, loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { peerBin } from "../scripts/build-llama-peer.mjs";
+import { freePort, serverStarter } from "./servers.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const { values: a } = parseArgs({
@@ -34,6 +41,7 @@ const { values: a } = parseArgs({
     streams: { type: "string" },
     draft: { type: "string" },
     workloads: { type: "string" },
+    "no-llama": { type: "boolean" },
   },
 });
 const MODEL = a.model ?? join(homedir(), ".cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
@@ -176,5 +184,61 @@ if (STREAMS > 0) {
   if (!same) results.streams = { same: false };
 }
 console.log(`(medians over ${ROUNDS} rounds; load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
+const prompts = Object.fromEntries(Object.entries(WORKLOADS).map(([name, text]) => [name, engines.off.tok(text)]));
 for (const e of Object.values(engines)) await e.engine.close();
+
+const bin = a["no-llama"] ? null : peerBin();
+if (!a["no-llama"] && !bin) console.log("\nllama-server: no peer build (npm run build:peer); its rows are skipped");
+if (bin) {
+  const logDir = join(tmpdir(), `mashbox-spec-${process.pid}`);
+  mkdirSync(logDir, { recursive: true });
+  const live = new Set();
+  process.on("exit", () => {
+    for (const c of live) c.kill("SIGKILL");
+  });
+  const start = serverStarter(logDir, live);
+  const modes = [
+    ["none", []],
+    ["ngram-mod", ["--spec-type", "ngram-mod"]],
+    ["ngram-simple", ["--spec-type", "ngram-simple"]],
+    ...(DRAFT ? [["draft-simple", ["--spec-type", "draft-simple", "-md", DRAFT]]] : []),
+  ];
+  const rows = [];
+  for (const [mode, extra] of modes) {
+    const port = await freePort();
+    const srv = await start(`llama-server-${mode}`, join(bin, "llama-server"), ["-m", MODEL, "--host", "127.0.0.1", "--port", String(port),
+      "-t", String(THREADS), "-tb", String(THREADS), "-np", "1", "-c", "2048", "--no-webui", ...extra], port);
+    try {
+      for (const [name, prompt] of Object.entries(prompts)) {
+        const rates = [];
+        let drafted = 0, accepted = 0, n = 0;
+        for (let round = 0; round < ROUNDS; round++) {
+          const r = await fetch(`${srv.base}/completion`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ prompt, n_predict: TOKENS, temperature: 0, top_k: 1, cache_prompt: false, stream: false }),
+          });
+          if (r.status !== 200) throw new Error(`llama-server ${mode} ${name}: ${r.status} ${await r.text()}`);
+          const t = (await r.json()).timings ?? {};
+          rates.push(t.predicted_per_second);
+          drafted += t.draft_n ?? 0;
+          accepted += t.draft_n_accepted ?? 0;
+          n = t.predicted_n;
+          console.log(`  [${round}] llama-server ${mode.padEnd(12)} ${name.padEnd(6)} ${f1(t.predicted_per_second)} tok/s, ${n} tokens` +
+            (mode !== "none" ? `, ${t.draft_n ?? 0} drafted, ${t.draft_n_accepted ?? 0} accepted` : "") + `  (load ${loadavg()[0].toFixed(1)})`);
+        }
+        rows.push({ mode, name, rate: median(rates), drafted, accepted, n });
+      }
+    } finally {
+      await srv.stop();
+    }
+  }
+  console.log(`\nllama-server (same GGUF and prompt tokens, -np 1)  workload  tokens  tok/s  vs mashbox off  vs mashbox ngram  acceptance`);
+  for (const r of rows) {
+    const off = median(results[r.name].off), ng = median(results[r.name].ngram);
+    console.log(`  ${r.mode.padEnd(13)} ${r.name.padEnd(9)} ${String(r.n).padStart(6)}  ${f1(r.rate).padStart(5)}  ${(off / r.rate).toFixed(2)}x  ${(ng / r.rate).toFixed(2)}x` +
+      `  ${r.drafted ? `${((100 * r.accepted) / r.drafted).toFixed(0)}% of ${r.drafted}` : "-"}`);
+  }
+  console.log("(\"vs\": mashbox's median tok/s over llama-server's)");
+}
 if (Object.values(results).some((r) => !r.same)) process.exit(1);

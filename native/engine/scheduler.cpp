@@ -456,7 +456,9 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
 
 // Phase 3a: drafts for the decoding sequences, each within its draft_budget and all within the
 // step's rows. An n-gram draft is the continuation of the latest earlier occurrence of the
-// history's last 2..4 tokens; with a draft model, its greedy continuation of the history.
+// history's last 2..4 tokens; with a draft model, its greedy continuation of the history, unless
+// the history holds a match of 3..4 tokens: an edit or a quote of the context continues that match
+// better than a small model guesses it, and costs no forward pass.
 void Scheduler::draft(int n_decoding) {
   // Rows a step may spend on drafts, at most: past kSpecRows decoding sequences draft_budget
   // leaves none anyway, and max_batch must still hold every decode row.
@@ -467,6 +469,8 @@ void Scheduler::draft(int n_decoding) {
   policy.step_cost = step_ms_;
   // Until a draft forward is measured it counts as free, so that the first drafts measure it.
   policy.draft_forward_cost = draft_model_ ? draft_forward_ms_ : 0.0;
+  DraftPolicy lookup = policy;  // n-gram drafts cost no forward
+  lookup.draft_forward_cost = 0.0;
   const bool on = (opts_.spec_ngram || draft_model_) && rewindable_;
   std::vector<int32_t> hist;
   std::vector<std::pair<Seq*, int>> by_model;  // sequences the draft model continues, and how far
@@ -478,18 +482,21 @@ void Scheduler::draft(int n_decoding) {
     int room = opts_.n_ctx - int(c.size()) - 1;
     if (s->req.max_tokens >= 0) room = std::min(room, s->req.max_tokens - s->n_gen - 1);
     const int share = draft_budget(policy, n_decoding, s->acceptance, s->held_back);
-    s->held_back = share > 0 ? 0 : s->held_back + 1;
+    const int share_lookup = draft_model_ ? draft_budget(lookup, n_decoding, s->acceptance, s->held_back) : share;
+    s->held_back = std::max(share, share_lookup) > 0 ? 0 : s->held_back + 1;
+    const int n_lookup = std::min({s->draft_cur, share_lookup, room, budget});
+    if (n_lookup > 0) {
+      hist.assign(c.begin(), c.end());
+      hist.push_back(s->pending);
+      s->draft = draft_ngram(hist.data(), hist.size(), draft_model_ ? 3 : 2, 4, n_lookup);
+      budget -= int(s->draft.size());
+      if (!s->draft.empty() || !draft_model_) continue;
+    }
     const int n = std::min({s->draft_cur, share, room, budget});
-    if (n <= 0) continue;
-    if (draft_model_) {
+    if (draft_model_ && n > 0) {
       by_model.emplace_back(s.get(), n);
       budget -= n;
-      continue;
     }
-    hist.assign(c.begin(), c.end());
-    hist.push_back(s->pending);
-    s->draft = draft_ngram(hist.data(), hist.size(), 2, 4, n);
-    budget -= int(s->draft.size());
   }
   if (!by_model.empty()) draft_with_model(by_model);
 }

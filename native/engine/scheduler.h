@@ -109,7 +109,8 @@ struct SchedulerOptions {
   // earlier occurrence of its last few tokens in its own prompt and output, and verified in the
   // step's one forward(); the output is the same as without it (greedy: token for token).
   // With a draft model (the Scheduler's second Model) the guesses come from its greedy steps
-  // instead, verified the same way; spec_ngram is then ignored.
+  // instead, verified the same way, except where the history holds a match of 3 or more tokens:
+  // that continuation is drafted as with spec_ngram, for no forward pass (spec_ngram is ignored).
   bool spec_ngram = false;
   int spec_draft_max = 8;          // draft tokens per sequence per step, at most
 };

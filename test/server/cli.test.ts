@@ -72,7 +72,7 @@ describe("cli", function () {
     // --draft implies --spec draft; --spec draft needs --draft; --spec says otherwise and wins.
     expect(parseRunArgs(["--draft", "qwen2.5-coder-0.5b"])).to.include({ spec: "draft", draft: "qwen2.5-coder-0.5b" });
     expect(parseRunArgs(["--draft", "m.gguf", "--spec", "ngram"])).to.include({ spec: "ngram", draft: undefined });
-    expect(parseRunArgs([])).to.include({ spec: "off", draft: undefined });
+    expect(parseRunArgs([])).to.include({ spec: "ngram", draft: undefined });
     expect(() => parseRunArgs(["--spec", "draft"])).to.throw(/--spec draft needs --draft MODEL/);
     expect(() => parseRunArgs(["--spec", "eagle"])).to.throw(/--spec must be ngram, draft or off/);
     const r = cli(["run", "--slots", "0"]);
