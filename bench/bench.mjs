@@ -13,6 +13,8 @@
 //     marked and left out of the ratios;
 //   - aggregate tok/s of --streams concurrent HTTP streams: mashbox --slots N vs llama-server -np N
 //     with the same context per slot;
+//   mashbox's servers run with --spec off, as llama-server runs without speculation: this compares
+//   the engines' decode (bench/spec.mjs compares speculation, llama-server's modes included);
 //   - the memory read bandwidth measured in each round (bench/membw.c, --threads threads), and
 //     each decode's bytes per token (weights read per token + K/V at its depth) x tok/s as a
 //     fraction of it;
@@ -250,7 +252,7 @@ const startServer = serverStarter(logDir, live);
 const mashboxServer = async (modelPath, slots, ctx) => {
   const port = await freePort();
   return startServer("mashbox", process.execPath, [join(root, "bin", "mashbox.js"), "run", modelPath, "--port", String(port),
-    "--slots", String(slots), "--ctx", String(ctx), "--threads", String(THREADS)], port);
+    "--slots", String(slots), "--ctx", String(ctx), "--threads", String(THREADS), "--spec", "off"], port);
 };
 const llamaServer = async (bin, modelPath, slots, ctxPerSlot) => {
   const port = await freePort();
