@@ -45,6 +45,30 @@ constexpr size_t kPackHead = 2 * 64;
 constexpr size_t kPackQ = 8 * 64;
 template <int C> constexpr size_t packed_block_bytes() { return kPackHead + kPackQ + (C ? 64 : 0); }
 
+// One q8_0 / q8_1 activation block as the packers lay it out: d, s (q8_1), its 8 dwords of
+// values, and the sum start -C * sum(q) for weights whose unsigned form is value + C. Zero for a
+// token past the group's last.
+struct XBlock {
+  float d = 0, s = 0;
+  int32_t q[8] = {0};
+  int32_t c = 0;
+};
+template <bool Q81, int C> inline XBlock read_block(const uint8_t* b) {
+  XBlock x;
+  half h;
+  std::memcpy(&h, b, 2);
+  x.d = _cvtsh_ss(h);
+  if (Q81) {
+    std::memcpy(&h, b + 2, 2);
+    x.s = _cvtsh_ss(h);
+  }
+  const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
+  std::memcpy(x.q, qs, 32);
+  if (C)
+    for (int e = 0; e < QK; e++) x.c -= C * qs[e];
+  return x;
+}
+
 // Pack up to 8 rows of q8_0 / q8_1 activations (x_stride bytes apart) for weights whose unsigned
 // form is value + C. Tokens nt .. 7 are zero (their results are never stored).
 template <bool Q81, int C>
@@ -59,26 +83,12 @@ void pack8(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
     int32_t* q = (int32_t*)(o + kPackHead);
     int32_t* c = (int32_t*)(o + kPackHead + kPackQ);
     for (int t = 0; t < 8; t++) {
-      float dt = 0, st = 0;
-      int32_t qt[8] = {0}, ct = 0;
-      if (t < nt) {
-        const uint8_t* b = xq + t * xs + i * xbb;
-        half h;
-        std::memcpy(&h, b, 2);
-        dt = _cvtsh_ss(h);
-        if (Q81) {
-          std::memcpy(&h, b + 2, 2);
-          st = _cvtsh_ss(h);
-        }
-        const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
-        std::memcpy(qt, qs, 32);
-        if (C)
-          for (int e = 0; e < QK; e++) ct -= C * qs[e];
-      }
-      d[2 * t] = d[2 * t + 1] = dt;
-      s[2 * t] = s[2 * t + 1] = st;
-      for (int j = 0; j < 8; j++) q[j * 16 + 2 * t] = q[j * 16 + 2 * t + 1] = qt[j];
-      if (C) c[2 * t] = c[2 * t + 1] = ct;
+      XBlock xb;
+      if (t < nt) xb = read_block<Q81, C>(xq + t * xs + i * xbb);
+      d[2 * t] = d[2 * t + 1] = xb.d;
+      s[2 * t] = s[2 * t + 1] = xb.s;
+      for (int j = 0; j < 8; j++) q[j * 16 + 2 * t] = q[j * 16 + 2 * t + 1] = xb.q[j];
+      if (C) c[2 * t] = c[2 * t + 1] = xb.c;
     }
   }
 }
@@ -384,26 +394,12 @@ void pack4(const uint8_t* xq, size_t xs, int nt, int64_t k, uint8_t* out) {
     float* s = d + 4;
     int32_t* c = (int32_t*)(s + 4);
     for (int t = 0; t < 4; t++) {
-      float dt = 0, st = 0;
-      int32_t qt[8] = {0}, ct = 0;
-      if (t < nt) {
-        const uint8_t* b = xq + t * xs + i * xbb;
-        half h;
-        std::memcpy(&h, b, 2);
-        dt = _cvtsh_ss(h);
-        if (Q81) {
-          std::memcpy(&h, b + 2, 2);
-          st = _cvtsh_ss(h);
-        }
-        const int8_t* qs = (const int8_t*)(b + (Q81 ? 4 : 2));
-        std::memcpy(qt, qs, 32);
-        if (C)
-          for (int e = 0; e < QK; e++) ct -= C * qs[e];
-      }
-      for (int j = 0; j < 8; j++) q[j * 4 + t] = qt[j];
-      d[t] = dt;
-      s[t] = st;
-      c[t] = ct;
+      XBlock xb;
+      if (t < nt) xb = read_block<Q81, C>(xq + t * xs + i * xbb);
+      for (int j = 0; j < 8; j++) q[j * 4 + t] = xb.q[j];
+      d[t] = xb.d;
+      s[t] = xb.s;
+      c[t] = xb.c;
     }
   }
 }
