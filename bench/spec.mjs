@@ -4,6 +4,8 @@
 // round (off, ngram, draft, off, ngram, draft, ...). Workloads:
 //   - rename: ask the model to rename one variable in a 20-line function and return the function
 //     (issue 23's code-edit turn: most of the answer repeats the prompt);
+//   - tool: the same function to be saved through a declared write_file tool, so that the answer is
+//     a tool call whose JSON arguments carry the function again, escaped (Qwen's tool template);
 //   - prose: a short story, which the prompt cannot predict.
 // Per workload it prints decode tok/s (tokens after the first over the time from the first to
 // the last), the tokens produced, drafted and accepted, and checks both modes produced the same
@@ -19,7 +21,7 @@
 //   --rounds N     (default 3)   --threads N (default: all cores)   --tokens N (default 256)
 //   --draft-max N  (default 8)    --streams N (default 4; 0 skips)
 //   --draft PATH   a draft model GGUF of the same vocabulary: adds the draft column
-//   --workloads a,b  (default rename,prose)
+//   --workloads a,b  (default rename,tool,prose)
 //   --no-llama     skip llama-server
 import { existsSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -75,8 +77,24 @@ const FUNCTION = `function summarize(orders) {
 }`;
 const chatml = (user) =>
   `<|im_start|>system\nYou are a helpful coding assistant.<|im_end|>\n<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`;
+const TOOLS_SYSTEM = `You are a helpful coding assistant.
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{"type": "function", "function": {"name": "write_file", "description": "Write a file to disk", "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call>`;
 const WORKLOADS = {
   rename: chatml(`Rename the variable \`total\` to \`revenue\` in this function and return the whole function, nothing else.\n\n\`\`\`js\n${FUNCTION}\n\`\`\``),
+  tool: `<|im_start|>system\n${TOOLS_SYSTEM}<|im_end|>\n<|im_start|>user\nSave this function to summarize.js with the variable \`total\` renamed to \`revenue\`.\n\n\`\`\`js\n${FUNCTION}\n\`\`\`<|im_end|>\n<|im_start|>assistant\n`,
   prose: chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
 };
 for (const w of Object.keys(WORKLOADS)) if (a.workloads && !a.workloads.split(",").includes(w)) delete WORKLOADS[w];
