@@ -5,7 +5,8 @@
 //   - rename: ask the model to rename one variable in a 20-line function and return the function
 //     (issue 23's code-edit turn: most of the answer repeats the prompt);
 //   - tool: the same function to be saved through a declared write_file tool, so that the answer is
-//     a tool call whose JSON arguments carry the function again, escaped (Qwen's tool template);
+//     a tool call whose JSON arguments carry the function again, escaped (the prompt rendered by
+//     the server's chat template code from the model's own template, as a request with tools is);
 //   - prose: a short story, which the prompt cannot predict.
 // Per workload it prints decode tok/s (tokens after the first over the time from the first to
 // the last), the tokens produced, drafted and accepted, and checks both modes produced the same
@@ -77,24 +78,18 @@ const FUNCTION = `function summarize(orders) {
 }`;
 const chatml = (user) =>
   `<|im_start|>system\nYou are a helpful coding assistant.<|im_end|>\n<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`;
-const TOOLS_SYSTEM = `You are a helpful coding assistant.
-
-# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{"type": "function", "function": {"name": "write_file", "description": "Write a file to disk", "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{"name": <function-name>, "arguments": <args-json-object>}
-</tool_call>`;
 const WORKLOADS = {
   rename: chatml(`Rename the variable \`total\` to \`revenue\` in this function and return the whole function, nothing else.\n\n\`\`\`js\n${FUNCTION}\n\`\`\``),
-  tool: `<|im_start|>system\n${TOOLS_SYSTEM}<|im_end|>\n<|im_start|>user\nSave this function to summarize.js with the variable \`total\` renamed to \`revenue\`.\n\n\`\`\`js\n${FUNCTION}\n\`\`\`<|im_end|>\n<|im_start|>assistant\n`,
+  // rendered by the server's own chat template code once the model's template is known (below)
+  tool: {
+    system: ["You are a helpful coding assistant."],
+    turns: [{ role: "user", content: `Save this function to summarize.js with the variable \`total\` renamed to \`revenue\`.\n\n\`\`\`js\n${FUNCTION}\n\`\`\`` }],
+    tools: [{
+      kind: "function", name: "write_file", description: "Write a file to disk",
+      parameters: { type: "object", properties: { path: { type: "string" }, content: { type: "string" } }, required: ["path", "content"] },
+    }],
+    tool_choice: { type: "auto" },
+  },
   prose: chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
 };
 for (const w of Object.keys(WORKLOADS)) if (a.workloads && !a.workloads.split(",").includes(w)) delete WORKLOADS[w];
@@ -104,12 +99,15 @@ if (!existsSync(addonPath)) throw new Error(`addon missing at ${addonPath}: run 
 if (!existsSync(MODEL)) throw new Error(`model missing at ${MODEL}`);
 if (DRAFT && !existsSync(DRAFT)) throw new Error(`draft model missing at ${DRAFT}`);
 const addon = createRequire(import.meta.url)(addonPath);
+const templatePath = resolve(root, "dist/src/chat/template.js");
+if (WORKLOADS.tool && !existsSync(templatePath)) throw new Error(`${templatePath} missing: run npm run build`);
+const { renderChatPromptParts } = WORKLOADS.tool ? await import(templatePath) : {};
 
 async function open(spec) {
   const engine = new addon.Engine();
   const runs = new Map();
   const draft = spec === "draft" ? { draft_model_path: DRAFT } : {};
-  await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX, ...draft }, (evs) => {
+  const info = await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX, ...draft }, (evs) => {
     for (const e of evs) {
       const r = runs.get(e.id);
       if (!r) continue;
@@ -123,6 +121,7 @@ async function open(spec) {
   let next = 1;
   return {
     engine,
+    info,
     tok: (text) => Array.from(engine.tokenize(text, false, true)),
     run: (prompt, max_tokens) =>
       new Promise((res) => {
@@ -141,6 +140,11 @@ console.log(`spec bench: ${MODEL}${DRAFT ? ` drafted by ${DRAFT}` : ""}, ${THREA
 const engines = {};
 for (const m of MODES) engines[m] = await open(m);
 for (const e of Object.values(engines)) await e.run(e.tok("Hello"), 4); // page the weights in
+if (WORKLOADS.tool) {
+  const { info } = engines.off;
+  const model = { chat_template: info.chat_template, bos_token: info.bos_token, eos_token: info.eos_token, add_bos: info.add_bos, control_tokens: info.control_tokens };
+  WORKLOADS.tool = renderChatPromptParts(WORKLOADS.tool, model).text;
+}
 const results = {};
 for (const [name, text] of Object.entries(WORKLOADS)) {
   results[name] = { off: [], ngram: [], draft: [], drafted: { ngram: 0, draft: 0 }, accepted: { ngram: 0, draft: 0 }, same: true, n: 0 };

@@ -261,39 +261,37 @@ void flash_amx(const float* q, size_t ldq, const uint16_t* k, const uint16_t* v,
     l[r] = 0.0f;
   }
   std::memset(pp, 0, sizeof(uint16_t) * 2 * 16 * Bk);
-  {
-    const TileScope tiles;
-    Call c{nullptr, o, m, l, nullptr, nullptr, pb, nullptr, nullptr, G, p0, 0, 0, window, scale};
-    const int k_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk * Bk : 0;
-    for (int k0 = k_lo; k0 < N; k0 += Bk) {
-      c.k0 = k0;
-      c.nk = std::min(Bk, N - k0);
-      keys_b<DH>(k + (size_t)k0 * DH, c.nk, kb);
-      values_b<DH>(v + (size_t)k0 * DH, c.nk, vb);
-      // rows whose position is before the block see none of it, nor do rows whose window starts
-      // past it (rows are in position order)
-      const int r_hi = window > 0 ? std::min(R, (k0 + c.nk + window - 1 - p0) * G) : R;
-      for (int r0 = std::max(0, k0 - p0) * G; r0 < r_hi; r0 += 16) {
-        const int rm = std::min(16, r_hi - r0);
-        scores_amx<DH>(qh + (size_t)r0 * DH, ql + (size_t)r0 * DH, kb, pb);
-        alignas(64) float alpha[16];
-        softmax_run(c, r0, rm, alpha);
-        for (int x = 0; x < rm; x++) {  // p -> bf16 hi and lo rows (rows past rm: an earlier run's, or 0; unused)
-          const float* pr = pb + (size_t)x * Bk;
-          for (int j = 0; j < Bk; j += 32) {
-            __m512i hi, lo;
-            split32<true>(_mm512_load_ps(pr + j), _mm512_load_ps(pr + j + 16), &hi, &lo);
-            _mm512_store_si512((__m512i*)(pp + (size_t)x * Bk + j), hi);
-            _mm512_store_si512((__m512i*)(pp + 16 * Bk + (size_t)x * Bk + j), lo);
-          }
+  const TileScope tiles;  // until the end: the caller's configuration is back when this returns
+  Call c{nullptr, o, m, l, nullptr, nullptr, pb, nullptr, nullptr, G, p0, 0, 0, window, scale};
+  const int k_lo = window > 0 ? std::max(0, p0 - window + 1) / Bk * Bk : 0;
+  for (int k0 = k_lo; k0 < N; k0 += Bk) {
+    c.k0 = k0;
+    c.nk = std::min(Bk, N - k0);
+    keys_b<DH>(k + (size_t)k0 * DH, c.nk, kb);
+    values_b<DH>(v + (size_t)k0 * DH, c.nk, vb);
+    // rows whose position is before the block see none of it, nor do rows whose window starts
+    // past it (rows are in position order)
+    const int r_hi = window > 0 ? std::min(R, (k0 + c.nk + window - 1 - p0) * G) : R;
+    for (int r0 = std::max(0, k0 - p0) * G; r0 < r_hi; r0 += 16) {
+      const int rm = std::min(16, r_hi - r0);
+      scores_amx<DH>(qh + (size_t)r0 * DH, ql + (size_t)r0 * DH, kb, pb);
+      alignas(64) float alpha[16];
+      softmax_run(c, r0, rm, alpha);
+      for (int x = 0; x < rm; x++) {  // p -> bf16 hi and lo rows (rows past rm: an earlier run's, or 0; unused)
+        const float* pr = pb + (size_t)x * Bk;
+        for (int j = 0; j < Bk; j += 32) {
+          __m512i hi, lo;
+          split32<true>(_mm512_load_ps(pr + j), _mm512_load_ps(pr + j + 16), &hi, &lo);
+          _mm512_store_si512((__m512i*)(pp + (size_t)x * Bk + j), hi);
+          _mm512_store_si512((__m512i*)(pp + 16 * Bk + (size_t)x * Bk + j), lo);
         }
-        for (int d0 = 0; d0 < DH / 16; d0 += 4) values_amx<DH>(pp, vb, d0, pv);
-        for (int x = 0; x < rm; x++) {
-          const __m512 a = _mm512_set1_ps(alpha[x]);
-          float* orow = o + (size_t)(r0 + x) * DH;
-          for (int d = 0; d < DH; d += 16)
-            _mm512_store_ps(orow + d, _mm512_fmadd_ps(_mm512_load_ps(orow + d), a, _mm512_load_ps(pv + (size_t)x * DH + d)));
-        }
+      }
+      for (int d0 = 0; d0 < DH / 16; d0 += 4) values_amx<DH>(pp, vb, d0, pv);
+      for (int x = 0; x < rm; x++) {
+        const __m512 a = _mm512_set1_ps(alpha[x]);
+        float* orow = o + (size_t)(r0 + x) * DH;
+        for (int d = 0; d < DH; d += 16)
+          _mm512_store_ps(orow + d, _mm512_fmadd_ps(_mm512_load_ps(orow + d), a, _mm512_load_ps(pv + (size_t)x * DH + d)));
       }
     }
   }

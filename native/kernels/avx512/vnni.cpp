@@ -418,7 +418,7 @@ inline void strip_scales(const W* const* b, int64_t i, __m128* vwd, __m128* vwm)
     }
   }
   *vwd = row_scales<WT>(dbits);
-  *vwm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits));
+  *vwm = Pair<WT>::kMin ? _mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits)) : _mm_setzero_ps();
 }
 
 template <GgmlType WT, int NG>
