@@ -149,36 +149,46 @@ class DiskTier {
     reader_.join();
   }
 
+  // The index's longest path matching tokens[pos, n) below `parent` (pos a multiple of N):
+  // the files' keys in position order, and the end of the match. Reads no file.
+  std::vector<uint64_t> walk(uint64_t parent, size_t pos, const int32_t* tokens, size_t n, size_t* end) {
+    std::vector<uint64_t> keys;
+    *end = pos;
+    std::lock_guard<std::mutex> lk(mu_);
+    while (pos < n) {
+      auto it = kids_.find(parent);
+      if (it == kids_.end()) break;
+      uint64_t best = 0;
+      size_t best_l = 0;
+      uint32_t best_n = 0;
+      for (uint64_t k : it->second) {
+        const Entry& e = entries_.at(k);
+        if (e.pos != pos) continue;
+        const size_t lim = std::min<size_t>(e.n, n - pos);
+        size_t l = 0;
+        while (l < lim && e.tokens[l] == tokens[pos + l]) l++;
+        if (l > best_l) {
+          best = k;
+          best_l = l;
+          best_n = e.n;
+        }
+      }
+      if (best_l == 0) break;
+      keys.push_back(best);
+      *end = pos + best_l;
+      if (best_n < PromptCache::kBlockTokens || best_l < PromptCache::kBlockTokens) break;
+      parent = best;
+      pos += PromptCache::kBlockTokens;
+    }
+    return keys;
+  }
+
   // The files of the longest prefix of tokens the index holds, handed to the reader thread.
   size_t prefetch(const int32_t* tokens, size_t n) {
-    std::vector<uint64_t> keys;
+    size_t end = 0;
+    std::vector<uint64_t> keys = walk(ns_lo_, 0, tokens, n, &end);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      uint64_t parent = ns_lo_;
-      for (size_t pos = 0; pos < n;) {
-        auto it = kids_.find(parent);
-        if (it == kids_.end()) break;
-        uint64_t best = 0;
-        size_t best_l = 0;
-        uint32_t best_n = 0;
-        for (uint64_t k : it->second) {
-          const Entry& e = entries_.at(k);
-          if (e.pos != pos) continue;
-          const size_t lim = std::min<size_t>(e.n, n - pos);
-          size_t l = 0;
-          while (l < lim && e.tokens[l] == tokens[pos + l]) l++;
-          if (l > best_l) {
-            best = k;
-            best_l = l;
-            best_n = e.n;
-          }
-        }
-        if (best_l == 0) break;
-        keys.push_back(best);
-        if (best_n < PromptCache::kBlockTokens || best_l < PromptCache::kBlockTokens) break;
-        parent = best;
-        pos += PromptCache::kBlockTokens;
-      }
       if (keys.empty() || stop_) return 0;
       // Only the newest request's blocks matter: an older list not started yet is replaced.
       ra_keys_ = keys;
@@ -762,6 +772,40 @@ void PromptCache::flush_disk() {
 }
 
 size_t PromptCache::prefetch_disk(const int32_t* tokens, size_t n) { return disk_ ? disk_->prefetch(tokens, n) : 0; }
+
+size_t PromptCache::known(const int32_t* tokens, size_t n) const {
+  if (!enabled()) return 0;
+  uint64_t parent = ns_hash_;
+  size_t pos = 0, end = 0;
+  while (pos < n) {
+    int64_t best = -1;
+    size_t best_l = 0;
+    auto it = children_.find(parent);
+    if (it != children_.end())
+      for (uint32_t c : it->second) {
+        const Header* h = header(c);
+        const size_t lim = std::min<size_t>(meta_[c].n, n - pos);
+        size_t l = 0;
+        while (l < lim && h->tokens[l] == tokens[pos + l]) l++;
+        if (l > best_l) {
+          best = c;
+          best_l = l;
+        }
+      }
+    // Where host memory stops (or holds a shorter block), the disk tier's index may go on.
+    if (disk_ && best_l < kBlockTokens && best_l < n - pos) {
+      size_t disk_end = pos;
+      disk_->walk(parent, pos, tokens, n, &disk_end);
+      return std::max(pos + best_l, disk_end);
+    }
+    if (best < 0) break;
+    end = pos + best_l;
+    if (best_l < kBlockTokens) break;
+    parent = meta_[best].key;
+    pos += kBlockTokens;
+  }
+  return end;
+}
 
 PromptCache::Match PromptCache::lookup(const int32_t* tokens, size_t n) {
   Match m;

@@ -94,6 +94,10 @@ class PromptCache {
     std::vector<uint32_t> blocks;  // the path, in position order
   };
   Match lookup(const int32_t* tokens, size_t n);
+  // How many tokens of tokens[0, n) lookup would match, host memory and the disk tier's index
+  // together, without touching a block or reading a file: an estimate for choosing which request
+  // goes next, which must not stall the scheduler thread on the disk.
+  size_t known(const int32_t* tokens, size_t n) const;
   // Copies positions [from, upto) of a match out through write(pos, count, bytes [count][Bt]),
   // checking each block's checksum first. Returns the end actually restored (a bad block stops
   // it there and is dropped with what hangs below it).

@@ -305,7 +305,7 @@ size_t Scheduler::reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& 
 size_t Scheduler::known_prefix(const std::vector<int32_t>& prompt) {
   size_t known = 0;
   for (const auto& sl : slots_) known = std::max(known, common_prefix(sl.cached, prompt));
-  if (cache_) known = std::max(known, cache_->lookup(prompt.data(), prompt.size()).n);
+  if (cache_) known = std::max(known, cache_->known(prompt.data(), prompt.size()));
   return known;
 }
 

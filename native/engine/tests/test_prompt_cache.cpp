@@ -102,6 +102,7 @@ static void test_sharing_and_partial_matches() {
   auto q = b;
   q.resize(180);
   q[170] = 4999;
+  CHECK_EQ(c.known(q.data(), q.size()), size_t(170));
   auto m = c.lookup(q.data(), q.size());
   CHECK_EQ(m.n, size_t(170));
   CHECK_EQ(restore_checked(c, q, 0, 170, &ok), size_t(170));
@@ -113,6 +114,7 @@ static void test_sharing_and_partial_matches() {
   // Nothing in common: nothing matched.
   auto z = seq(3, 100);
   CHECK_EQ(c.lookup(z.data(), z.size()).n, size_t(0));
+  CHECK_EQ(c.known(z.data(), z.size()), size_t(0));
 }
 
 static void test_state_point_replaced_by_full_block() {
@@ -158,6 +160,8 @@ static void test_lru_under_cap() {
   CHECK_EQ(c.lookup(sessions[0].data(), sessions[0].size()).n, size_t(128));
   // A session touched recently outlives older ones.
   c.lookup(sessions[16].data(), sessions[16].size());
+  // An estimate is no use: session 17 is still the older one, evicted below.
+  CHECK_EQ(c.known(sessions[17].data(), sessions[17].size()), sessions[17].size());
   for (int i = 0; i < 3; i++) {
     auto p = sys;
     auto own = seq(200 + i, 70);
@@ -321,10 +325,21 @@ static void test_disk_tier() {
     // Read-ahead asks for a's whole path (3 full blocks and its tail), for another prompt none.
     CHECK_EQ(c.prefetch_disk(a.data(), a.size()), size_t(4));
     CHECK_EQ(c.prefetch_disk(seq(99, 100).data(), 100), size_t(0));
+    // The estimate sees what lookup would find on disk, without reading a file or filling a block.
+    CHECK_EQ(c.known(a.data(), a.size()), size_t(200));
+    CHECK_EQ(c.known(b.data(), b.size()), size_t(130));
+    auto a1 = a;
+    a1[150] = 4999;
+    CHECK_EQ(c.known(a1.data(), a1.size()), size_t(150));
+    CHECK_EQ(c.known(seq(99, 100).data(), 100), size_t(0));
+    CHECK_EQ(c.stats().disk_hit_tokens, int64_t(0));
+    CHECK_EQ(c.stats().blocks, int64_t(0));
     bool ok = false;
     CHECK_EQ(restore_checked(c, a, 0, a.size(), &ok), size_t(200));
     CHECK(ok);
     CHECK_EQ(c.stats().disk_hit_tokens, int64_t(200));
+    CHECK_EQ(c.known(a.data(), a.size()), size_t(200));  // now from host memory
+    CHECK_EQ(c.known(a1.data(), a1.size()), size_t(150));
     CHECK_EQ(restore_checked(c, b, 0, b.size(), &ok), size_t(130));
     CHECK(ok);
     // A prompt that shares a's first block, then goes its own way.
