@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -376,6 +377,11 @@ class DiskTier {
 
   // Start-up: index this namespace's files by their headers, remove torn or foreign ones and the
   // temporary files of writers no longer running; other namespaces' files are left in place.
+  struct OtherFile {
+    double mtime;
+    std::string path;
+    uint64_t bytes;
+  };
   void scan() {
     DIR* d = opendir(dir_.c_str());
     if (!d) {
@@ -384,7 +390,8 @@ class DiskTier {
     }
     struct Found { double mtime; DiskFile f; };
     std::vector<Found> found;
-    int64_t removed = 0, others = 0;
+    std::vector<OtherFile> others;  // block files of other namespaces
+    int64_t removed = 0;
     while (dirent* de = readdir(d)) {
       const std::string name = de->d_name;
       const std::string path = dir_ + "/" + name;
@@ -398,7 +405,9 @@ class DiskTier {
       const size_t sl = std::strlen(kDiskSuffix);
       if (name.size() <= sl || name.compare(name.size() - sl, sl, kDiskSuffix) != 0) continue;
       if (name.compare(0, prefix_.size(), prefix_) != 0) {
-        others++;
+        struct stat st;
+        if (stat(path.c_str(), &st) == 0)
+          others.push_back({double(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9, path, uint64_t(st.st_size)});
         continue;
       }
       DiskFile f;
@@ -422,9 +431,38 @@ class DiskTier {
     }
     if (removed > 0)
       std::fprintf(stderr, "mashbox: prompt cache dir %s: removed %lld torn or foreign block files\n", dir_.c_str(), (long long)removed);
-    if (others > 0)
-      std::fprintf(stderr, "mashbox: prompt cache dir %s also holds %lld block files of other namespaces (left in place, outside --cache-disk)\n",
-                   dir_.c_str(), (long long)others);
+    trim_others(others);
+  }
+
+  // The cap holds for the directory, not only for this namespace: every model, version or
+  // kernel set served from it is a namespace of its own, so without this the default directory
+  // would grow by a cap's worth per model ever served. Other namespaces' files go oldest first,
+  // and only those older than kOtherNamespaceGraceSec: a server running now writes its blocks as
+  // it goes, and one whose file is removed under it only misses that block (read() forgets it).
+  static constexpr double kOtherNamespaceGraceSec = 3600;
+  void trim_others(std::vector<OtherFile>& others) {
+    uint64_t total = bytes_;
+    for (const auto& o : others) total += o.bytes;
+    std::sort(others.begin(), others.end(), [](const OtherFile& a, const OtherFile& b) { return a.mtime < b.mtime; });
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const double old_before = double(now.tv_sec) - kOtherNamespaceGraceSec;
+    int64_t trimmed = 0;
+    uint64_t trimmed_bytes = 0;
+    for (const auto& o : others) {
+      if (total <= cap_ || o.mtime > old_before) break;
+      if (unlink(o.path.c_str()) != 0) continue;
+      total -= o.bytes;
+      trimmed++;
+      trimmed_bytes += o.bytes;
+    }
+    if (trimmed > 0)
+      std::fprintf(stderr, "mashbox: prompt cache dir %s: removed %lld block files (%.1f MiB) of other namespaces, the oldest, to keep the directory under --cache-disk\n",
+                   dir_.c_str(), (long long)trimmed, double(trimmed_bytes) / (1 << 20));
+    if (size_t(trimmed) < others.size())
+      std::fprintf(stderr, "mashbox: prompt cache dir %s also holds %lld block files of other namespaces (%s)\n", dir_.c_str(),
+                   (long long)(others.size() - size_t(trimmed)),
+                   total > cap_ ? "written in the last hour, so left in place though over --cache-disk" : "within --cache-disk");
   }
 
   void run() {

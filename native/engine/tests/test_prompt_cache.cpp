@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -453,6 +454,56 @@ static void test_disk_tier() {
   }
 }
 
+// The disk cap holds for the whole directory: another namespace's files (another model served
+// from the same directory) are removed oldest first, once they are over an hour old.
+static void test_disk_cap_spans_namespaces() {
+  const std::string dir = tmp_path("disk3");
+  rm_dir(dir);
+  {
+    PromptCache c("", 16ull << 20, kBt, "ns-a", PromptCacheDisk{dir, 64ull << 20});
+    auto a = seq(30, 200);
+    save(c, a, a.size());  // 3 full blocks and a tail: 4 files
+  }
+  auto files = dir_files(dir);
+  CHECK_EQ(files.size(), size_t(4));
+  const PromptCacheDisk small{dir, uint64_t(2 * (N * kBt + 512))};
+  {
+    // Written just now: they may be a running server's, so they stay.
+    PromptCache c("", 16ull << 20, kBt, "ns-b", small);
+    CHECK_EQ(c.stats().disk_blocks, int64_t(0));
+  }
+  CHECK_EQ(dir_files(dir).size(), size_t(4));
+  // Aged two hours and more, file i one minute older than file i - 1.
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  for (size_t i = 0; i < files.size(); i++) {
+    struct timespec t[2];
+    t[0].tv_sec = t[1].tv_sec = now.tv_sec - 7200 - 60 * time_t(i);
+    t[0].tv_nsec = t[1].tv_nsec = 0;
+    CHECK_EQ(utimensat(AT_FDCWD, (dir + "/" + files[i]).c_str(), t, 0), 0);
+  }
+  {
+    PromptCache c("", 16ull << 20, kBt, "ns-b", small);
+    auto left = dir_files(dir);
+    uint64_t bytes = 0;
+    for (const auto& f : left) {
+      struct stat st;
+      CHECK_EQ(stat((dir + "/" + f).c_str(), &st), 0);
+      bytes += uint64_t(st.st_size);
+    }
+    CHECK(bytes <= small.cap_bytes);
+    CHECK(!left.empty());
+    // The youngest stay: files[0] is the youngest.
+    CHECK(std::find(left.begin(), left.end(), files[0]) != left.end());
+    CHECK(std::find(left.begin(), left.end(), files[3]) == left.end());
+    // This namespace's own blocks still get their room.
+    save(c, seq(31, 64), 64);
+    c.flush_disk();
+    CHECK_EQ(c.stats().disk_blocks, int64_t(1));
+  }
+  rm_dir(dir);
+}
+
 int main() {
   test_sharing_and_partial_matches();
   test_state_point_replaced_by_full_block();
@@ -461,5 +512,6 @@ int main() {
   test_counters_survive_reopen();
   test_off();
   test_disk_tier();
+  test_disk_cap_spans_namespaces();
   TEST_MAIN_END();
 }
