@@ -51,6 +51,14 @@ inline uint64_t mix(uint64_t h) {
   return h;
 }
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// The draft index's key for tokens [m]: hashed on every save of a block, so a multiply per token
+// and one finalizer rather than hash_bytes.
+uint64_t gram_hash(const int32_t* t) {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  for (size_t k = 0; k < PromptCache::kDraftGram; k++) h = (h ^ uint32_t(t[k])) * 0xC2B2AE3D27D4EB4Full;
+  return mix(h);
+}
 }  // namespace
 
 // Four independent multiply lanes over 32-byte strides: fast enough that checking a restore costs
@@ -710,6 +718,67 @@ void PromptCache::link(uint32_t i) {
   children_[m.parent].push_back(i);
   held_++;
   held_tokens_ += m.n;
+  if (index_on_) index_block(i);
+}
+
+void PromptCache::index_block(uint32_t i) {
+  const int32_t* t = header(i)->tokens;
+  // Later offsets overwrite earlier ones: the latest occurrence predicts best, as in the history.
+  for (uint32_t o = 0; o + kDraftGram <= meta_[i].n; o++) grams_[gram_hash(t + o)] = uint64_t(i) << 32 | o;
+}
+
+void PromptCache::unindex_block(uint32_t i) {
+  const int32_t* t = header(i)->tokens;
+  for (uint32_t o = 0; o + kDraftGram <= meta_[i].n; o++) {
+    auto it = grams_.find(gram_hash(t + o));
+    // A newer block may have taken the m-gram over: its entry stays.
+    if (it != grams_.end() && it->second == (uint64_t(i) << 32 | o)) grams_.erase(it);
+  }
+}
+
+void PromptCache::index_drafts() {
+  if (index_on_ || !enabled()) return;
+  index_on_ = true;
+  std::vector<uint32_t> held;
+  for (uint32_t i = 0; i < n_blocks_; i++)
+    if (meta_[i].used) held.push_back(i);
+  // Oldest first, so that where two blocks share an m-gram the more recently used one keeps it.
+  std::stable_sort(held.begin(), held.end(), [&](uint32_t a, uint32_t b) { return meta_[a].stamp < meta_[b].stamp; });
+  for (uint32_t i : held) index_block(i);
+}
+
+size_t PromptCache::continuation(const int32_t* hist, size_t n, size_t min_match, int32_t* out, size_t max) const {
+  constexpr size_t m = kDraftGram;
+  if (!index_on_ || max == 0 || n < m) return 0;
+  const int32_t* g = hist + n - m;
+  auto it = grams_.find(gram_hash(g));
+  if (it == grams_.end()) return 0;
+  uint32_t b = uint32_t(it->second >> 32);
+  const uint32_t off = uint32_t(it->second);
+  if (b >= n_blocks_ || !meta_[b].used || size_t(off) + m > meta_[b].n) return 0;
+  const int32_t* t = header(b)->tokens;
+  if (!std::equal(g, g + m, t + off)) return 0;  // a hash collision
+  size_t matched = m;
+  while (matched < min_match && matched - m < off && matched < n && t[off - (matched - m) - 1] == hist[n - matched - 1]) matched++;
+  if (matched < min_match) return 0;
+  size_t got = 0, at = size_t(off) + m;
+  while (got < max) {
+    const Meta& bm = meta_[b];
+    if (at < bm.n) {
+      out[got++] = header(b)->tokens[at++];
+      continue;
+    }
+    if (bm.n < kBlockTokens) break;  // a leaf: the prompt ended here
+    auto kids = children_.find(bm.key);
+    if (kids == children_.end()) break;
+    int64_t next = -1;
+    for (uint32_t c : kids->second)
+      if (meta_[c].used && meta_[c].pos == bm.pos + kBlockTokens && (next < 0 || meta_[c].stamp > meta_[next].stamp)) next = c;
+    if (next < 0) break;
+    b = uint32_t(next);
+    at = 0;
+  }
+  return got;
 }
 
 void PromptCache::touch(uint32_t i, uint64_t stamp) {
@@ -720,6 +789,7 @@ void PromptCache::touch(uint32_t i, uint64_t stamp) {
 void PromptCache::free_block(uint32_t i, bool eviction) {
   Meta& m = meta_[i];
   if (!m.used) return;
+  if (index_on_) unindex_block(i);
   if (m.n == kBlockTokens) {
     auto it = children_.find(m.key);
     if (it != children_.end()) {

@@ -31,10 +31,19 @@
 // same name, each through its own temporary file and an atomic rename); it carries the full
 // namespace and a header checksum, and its data checksum is checked before a byte is used.
 //
+// Draft index (optional, for speculative decoding): the held blocks' tokens double as a corpus of
+// earlier prompts and answers (the same agent's earlier turns). A hash map from each m-gram that
+// lies within a block to its latest (block, offset) answers "what followed these m tokens" in
+// one probe instead of a scan of every block; entries come and go with the blocks (save, disk
+// import, eviction) and are checked against the block's tokens before use, so a stale or
+// colliding entry costs a miss, never a wrong match. An m-gram across a block boundary is not
+// indexed (m - 1 of N positions); a continuation runs on into the block's most recent child.
+//
 // The public API is not thread-safe: the scheduler thread is its only user.
 //
 // Dimension legend: N tokens per block (kBlockTokens), Bt bytes of K/V per token
-// (Model::kv_token_bytes), M blocks in the file (cap / block stride).
+// (Model::kv_token_bytes), M blocks in the file (cap / block stride), m tokens per indexed
+// m-gram (kDraftGram).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -109,6 +118,20 @@ class PromptCache {
   using Reader = std::function<void(size_t pos, size_t count, uint8_t* dst)>;
   void save(const int32_t* tokens, size_t n, const Reader& read);
 
+  // From now on keep the draft index (see the top), over the blocks held now and every block
+  // that arrives later. Off until called: a server that never drafts pays nothing on save.
+  void index_drafts();
+  // Draft tokens from earlier prompts: up to max tokens into out [max], those that followed the
+  // latest indexed occurrence of the history's last m tokens, running on into a child block
+  // past a full block's end. hist [n] is the sequence so far; the occurrence must match at
+  // least min_match of its last tokens (>= m: the extra ones are compared backwards within the
+  // block, so a longer context asks for a surer match). Returns the tokens written; 0 without
+  // the index, for an m-gram not held, or at a leaf's end. Touches nothing: a guess does not
+  // keep a block alive. The tokens are not checksummed (the K/V is not read): a torn block
+  // drafts garbage, which verification rejects, so the caller keeps ids within its vocabulary.
+  size_t continuation(const int32_t* hist, size_t n, size_t min_match, int32_t* out, size_t max) const;
+  static constexpr size_t kDraftGram = 3;  // m
+
   PromptCacheStats stats() const;
   // Waits until every block queued for the disk tier is written (tests; the destructor drains too).
   void flush_disk();
@@ -139,6 +162,10 @@ class PromptCache {
   void touch(uint32_t i, uint64_t stamp);
   void count_rejected();
   bool pinned(uint32_t i) const;
+  // The draft index's entries of block i: added (a newer occurrence replaces an older one) or
+  // removed (only those still naming block i).
+  void index_block(uint32_t i);
+  void unindex_block(uint32_t i);
   // Reads the disk tier's best child of `parent` at pos that matches more than `than` tokens into
   // a fresh block; -1 = none (or its file failed its checks).
   int64_t import_from_disk(uint64_t parent, size_t pos, const int32_t* tokens, size_t n, size_t than, uint64_t stamp);
@@ -161,6 +188,10 @@ class PromptCache {
   std::vector<Meta> meta_;                                          // [M]
   std::vector<uint32_t> free_;                                      // free block ids
   std::unordered_map<uint64_t, std::vector<uint32_t>> children_;    // parent key -> blocks
+  // Draft index: m-gram hash -> (block << 32 | offset of its first token); at most M x (N - m + 1)
+  // entries. Off (and empty) until index_drafts.
+  std::unordered_map<uint64_t, uint64_t> grams_;
+  bool index_on_ = false;
   std::unique_ptr<DiskTier> disk_;  // null = no disk tier
   uint64_t clock_ = 0;
   int64_t held_ = 0, held_tokens_ = 0, evictions_ = 0, rejected_ = 0, saved_tokens_ = 0, restored_tokens_ = 0;

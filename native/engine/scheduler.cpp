@@ -108,6 +108,8 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_
       cache_.reset();
     }
   }
+  // Earlier prompts draft too (Scheduler::draft), wherever drafts can be rolled back.
+  if (cache_ && spec && rewindable_) cache_->index_drafts();
   if (cache_) stats_.host_cache = cache_->stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -458,7 +460,10 @@ const std::shared_ptr<const TokenTrie>& Scheduler::trie() {
 // step's rows. An n-gram draft is the continuation of the latest earlier occurrence of the
 // history's last 2..4 tokens; with a draft model, its greedy continuation of the history, unless
 // the history holds a match of 3..4 tokens: an edit or a quote of the context continues that match
-// better than a small model guesses it, and costs no forward pass.
+// better than a small model guesses it, and costs no forward pass. Where the history has no match,
+// the host cache's earlier prompts are asked for one (its draft index: the same agent's earlier
+// turns, a file another session read): 3 tokens, or 4 before a draft model's guess, since in that
+// much text a 3-token coincidence is common.
 void Scheduler::draft(int n_decoding) {
   // Rows a step may spend on drafts, at most: past kSpecRows decoding sequences draft_budget
   // leaves none anyway, and max_batch must still hold every decode row.
@@ -489,6 +494,14 @@ void Scheduler::draft(int n_decoding) {
       hist.assign(c.begin(), c.end());
       hist.push_back(s->pending);
       s->draft = draft_ngram(hist.data(), hist.size(), draft_model_ ? 3 : 2, 4, n_lookup);
+      if (s->draft.empty() && cache_) {
+        s->draft.resize(size_t(n_lookup));
+        const size_t min_match = PromptCache::kDraftGram + (draft_model_ ? 1 : 0);
+        s->draft.resize(cache_->continuation(hist.data(), hist.size(), min_match, s->draft.data(), s->draft.size()));
+        // The cache does not checksum tokens it drafts: a torn block's ids stay out of forward().
+        s->draft.erase(std::find_if(s->draft.begin(), s->draft.end(), [&](int32_t t) { return t < 0 || t >= n_vocab_; }),
+                       s->draft.end());
+      }
       budget -= int(s->draft.size());
       if (!s->draft.empty() || !draft_model_) continue;
     }

@@ -106,11 +106,13 @@ struct SchedulerOptions {
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
   // Speculative decoding by n-gram lookup: a decoding sequence's next tokens are guessed from an
-  // earlier occurrence of its last few tokens in its own prompt and output, and verified in the
+  // earlier occurrence of its last few tokens in its own prompt and output, or where those have
+  // none, in the host cache's earlier prompts (PromptCache::continuation), and verified in the
   // step's one forward(); the output is the same as without it (greedy: token for token).
   // With a draft model (the Scheduler's second Model) the guesses come from its greedy steps
-  // instead, verified the same way, except where the history holds a match of 3 or more tokens:
-  // that continuation is drafted as with spec_ngram, for no forward pass (spec_ngram is ignored).
+  // instead, verified the same way, except where the history holds a match of 3 or more tokens
+  // (the host cache: 4): that continuation is drafted as with spec_ngram, for no forward pass
+  // (spec_ngram is ignored).
   bool spec_ngram = false;
   int spec_draft_max = 8;          // draft tokens per sequence per step, at most
 };

@@ -504,7 +504,106 @@ static void test_disk_cap_spans_namespaces() {
   rm_dir(dir);
 }
 
+// What continuation() drafts after hist, at most max tokens.
+static std::vector<int32_t> cont(const PromptCache& c, std::vector<int32_t> hist, size_t max, size_t min_match = PromptCache::kDraftGram) {
+  std::vector<int32_t> out(max, -1);
+  out.resize(c.continuation(hist.data(), hist.size(), min_match, out.data(), out.size()));
+  return out;
+}
+
+// hist: some tokens no prompt holds, then p[from, to).
+static std::vector<int32_t> tail_of(const std::vector<int32_t>& p, size_t from, size_t to) {
+  std::vector<int32_t> h{7001, 7002, 7003};
+  h.insert(h.end(), p.begin() + from, p.begin() + to);
+  return h;
+}
+
+static std::vector<int32_t> slice(const std::vector<int32_t>& p, size_t from, size_t to) {
+  return std::vector<int32_t>(p.begin() + from, p.begin() + to);
+}
+
+// The draft index: continuations of earlier prompts within a block and across into its child,
+// none for an unseen m-gram, at a leaf's end or below the asked match length; entries go with
+// evicted blocks and come with blocks read back from the disk tier.
+static void test_draft_index() {
+  constexpr size_t m = PromptCache::kDraftGram;
+  {
+    PromptCache c("", 64ull << 20, kBt, "ns-a");
+    auto a = seq(30, 150);      // blocks [0, 64) [64, 128) [128, 150)
+    save(c, a, 100);            // a partial leaf [64, 100), replaced by the full block below
+    CHECK(cont(c, tail_of(a, 10, 13), 8).empty());  // not indexed until asked
+    c.index_drafts();           // blocks held before the index was on
+    CHECK(cont(c, tail_of(a, 10, 13), 8) == slice(a, 13, 21));
+    save(c, a, a.size());
+    CHECK_EQ(c.stats().blocks, int64_t(3));
+    CHECK(cont(c, tail_of(a, 10, 13), 8) == slice(a, 13, 21));
+    // Across the boundary into the full block that replaced the partial one.
+    CHECK(cont(c, tail_of(a, 58, 61), 8) == slice(a, 61, 69));
+    CHECK(cont(c, tail_of(a, 120, 123), 8) == slice(a, 123, 131));
+    // Stops at the end of the prompt (a leaf), and at max.
+    CHECK(cont(c, tail_of(a, 140, 143), 8) == slice(a, 143, 150));
+    CHECK(cont(c, tail_of(a, 147, 150), 8).empty());
+    CHECK(cont(c, tail_of(a, 10, 13), 2) == slice(a, 13, 15));
+    CHECK(cont(c, tail_of(a, 10, 13), 0).empty());
+    // Unseen m-gram; history shorter than m.
+    CHECK(cont(c, {5001, 5002, 5003}, 8).empty());
+    CHECK(cont(c, slice(a, 11, 13), 8).empty());
+    // A longer match asked for: the tokens before the m-gram must match too, within its block.
+    auto h = tail_of(a, 20, 23);
+    CHECK(cont(c, h, 4, m + 1).empty());  // 7003 before a[20..23): no
+    CHECK(cont(c, slice(a, 15, 23), 4, m + 3) == slice(a, 23, 27));
+    CHECK(cont(c, slice(a, 15, 23), 4, m + 5) == slice(a, 23, 27));
+    CHECK(cont(c, slice(a, 15, 23), 4, m + 6).empty());  // only 8 tokens of history
+    CHECK(cont(c, slice(a, 64, 67), 4, m + 1).empty());  // the m-gram opens its block: nothing to compare
+    // A later prompt with the same m-gram and another continuation takes it over.
+    auto b = seq(31, 40);
+    b.insert(b.end(), a.begin() + 10, a.begin() + 13);
+    b.insert(b.end(), {4000, 4001, 4002, 4003});
+    save(c, b, b.size());
+    CHECK(cont(c, tail_of(a, 10, 13), 8) == std::vector<int32_t>({4000, 4001, 4002, 4003}));
+    CHECK(cont(c, tail_of(a, 58, 61), 8) == slice(a, 61, 69));
+  }
+  {
+    // Eviction: the blocks go and so do their drafts; the m-grams of what stays still draft.
+    PromptCache c("", cap_for_blocks(4), kBt, "ns-a");
+    c.index_drafts();
+    auto a = seq(40, 130);
+    save(c, a, a.size());
+    CHECK(cont(c, tail_of(a, 100, 103), 8) == slice(a, 103, 111));
+    for (int i = 0; i < 6; i++) {
+      auto o = seq(50 + i, 64);
+      save(c, o, o.size());
+    }
+    CHECK_EQ(c.lookup(a.data(), a.size()).n, size_t(0));
+    CHECK(c.stats().evictions > 0);
+    CHECK(cont(c, tail_of(a, 100, 103), 8).empty());
+    CHECK(cont(c, tail_of(a, 10, 13), 8).empty());
+    auto last = seq(55, 64);
+    CHECK(cont(c, tail_of(last, 30, 33), 8) == slice(last, 33, 41));
+  }
+  {
+    // The disk tier: a new server drafts from blocks once a lookup brings them into host memory.
+    const std::string dir = tmp_path("draft");
+    rm_dir(dir);
+    const PromptCacheDisk disk{dir, 64ull << 20};
+    auto a = seq(60, 100);
+    {
+      PromptCache c("", 16ull << 20, kBt, "ns-draft", disk);
+      save(c, a, a.size());
+      c.flush_disk();
+    }
+    PromptCache c("", 16ull << 20, kBt, "ns-draft", disk);
+    c.index_drafts();
+    CHECK(cont(c, tail_of(a, 80, 83), 8).empty());
+    CHECK_EQ(c.lookup(a.data(), a.size()).n, a.size());
+    CHECK(cont(c, tail_of(a, 80, 83), 8) == slice(a, 83, 91));
+    CHECK(cont(c, tail_of(a, 60, 63), 8) == slice(a, 63, 71));
+    rm_dir(dir);
+  }
+}
+
 int main() {
+  test_draft_index();
   test_sharing_and_partial_matches();
   test_state_point_replaced_by_full_block();
   test_lru_under_cap();

@@ -38,6 +38,13 @@ static int32_t next_periodic(const std::vector<int32_t>& hist, int period) {
   return hist[hist.size() - size_t(period)];
 }
 
+// A model that counts up by one (mod 60): its output never repeats within 60 tokens, so its own
+// history drafts nothing, but another request's output holds the same run.
+static int32_t next_chain(const std::vector<int32_t>& hist) {
+  if (hist.empty() || hist.back() == kForceEog) return next_of(hist);
+  return (hist.back() + 1) % 60;
+}
+
 class FakeModel : public Model {
  public:
   FakeModel(int slots) : kv_(slots) { cfg_.arch = "fake"; cfg_.n_vocab = kVocab; }
@@ -73,7 +80,7 @@ class FakeModel : public Model {
       if (!b.logits[t]) continue;
       float* row = out + r++ * kVocab;
       for (int v = 0; v < kVocab; v++) row[v] = 0.f;
-      row[next_periodic(kv, period)] = 10.f;
+      row[chain ? next_chain(kv) : next_periodic(kv, period)] = 10.f;
     }
     tokens_forwarded += b.token.size();
   }
@@ -84,6 +91,7 @@ class FakeModel : public Model {
   }
   int copies = 0;
   int period = 0;  // > 0: next_periodic
+  bool chain = false;  // next_chain
   size_t kv_bytes() const override { return 0; }
   // The host prompt cache sees the fake's "K/V" (the token ids it holds) as 4 bytes a position.
   size_t kv_token_bytes() const override { return sizeof(int32_t); }
@@ -140,7 +148,7 @@ struct Result {
   std::vector<int32_t> tokens;
   std::string text, finish, message;
   int completion = 0;
-  int draft_n = 0;
+  int draft_n = 0, draft_accepted = 0;
 };
 
 struct Collector {
@@ -153,7 +161,7 @@ struct Collector {
       Result& r = res[e.id];
       if (e.kind == EngineEvent::Start) { r.started = true; r.starts++; r.cached = e.cached_tokens; }
       if (e.kind == EngineEvent::Token) { r.tokens.push_back(e.token); r.text += e.text; }
-      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; r.draft_n = e.draft_n; }
+      if (e.kind == EngineEvent::Done) { r.done = true; r.finish = e.finish; r.text += e.text; r.completion = e.completion_tokens; r.draft_n = e.draft_n; r.draft_accepted = e.draft_n_accepted; }
       if (e.kind == EngineEvent::Error) { r.done = true; r.error = true; r.fault = e.fault; r.device_fault = e.device_fault; r.message = e.message; }
     }
     cv.notify_all();
@@ -241,9 +249,57 @@ static void test_spec(int period) {
               (long long)st.spec_accepted_tokens, (long long)st.steps);
 }
 
+// Drafts from the host cache's earlier prompts: request 2's prompt and output never repeat
+// themselves (the prompt steps by 7, the chain model counts up by 1), so its own history drafts
+// nothing; request 1 produced the same run before and went to the host cache when request 2 took
+// the only slot. With the cache request 2 drafts from it, and both outputs are exactly what the
+// model says without speculation.
+static void test_spec_from_host_cache(bool cache) {
+  auto model = std::make_unique<FakeModel>(1);
+  FakeModel* fm = model.get();
+  fm->chain = true;
+  Collector c;
+  SchedulerOptions o{1, 400, 512};
+  o.spec_ngram = true;
+  o.spec_draft_max = 6;
+  if (cache) {
+    o.cache_bytes = 1 << 22;
+    o.cache_namespace = "fake";
+  }
+  Scheduler s(std::move(model), std::make_shared<FakeTok>(), o, [&](auto&& e) { c.sink(std::move(e)); });
+  auto expected_chain = [](std::vector<int32_t> hist, int n) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; i++) out.push_back(hist.back() == kForceEog ? kEog : (hist.back() + 1) % 60), hist.push_back(out.back());
+    return out;
+  };
+  // 1: cycle positions 0..19 of the step-7 prompt (ends on 13), then 14..58.
+  const auto p1 = make_prompt(20, 0);
+  s.submit(req(1, p1, 45));
+  Result r1 = c.wait(1);
+  CHECK(r1.tokens == expected_chain(p1, 45));
+  CHECK_EQ(r1.draft_n, 0);
+  // 2: positions 30..49 (no token pair of 1's prompt; ends on 43), then 44..57, inside 1's run.
+  const auto p2 = make_prompt(20, 30);
+  s.submit(req(2, p2, 14));
+  Result r2 = c.wait(2);
+  check(r2.tokens == expected_chain(p2, 14), std::string("host cache drafts ") + (cache ? "on" : "off") + ": output as without speculation");
+  CHECK_EQ(fm->bad_pos, 0);
+  if (cache) {
+    CHECK(s.stats().host_cache.tokens >= int64_t(p1.size() + 44));
+    CHECK(r2.draft_n > 0);
+    CHECK(r2.draft_accepted > 0);
+    CHECK_EQ(r2.draft_accepted, r2.draft_n);  // the run in the cache is exactly the model's
+  } else {
+    CHECK_EQ(r2.draft_n, 0);  // nothing in its own history: the case the cache is there for
+  }
+  std::printf("spec from host cache %s: %d drafted, %d accepted\n", cache ? "on" : "off", r2.draft_n, r2.draft_accepted);
+}
+
 int main() {
   test_spec(60);
   test_spec(0);
+  test_spec_from_host_cache(true);
+  test_spec_from_host_cache(false);
   {  // continuous batching: many requests, 3 slots, one prompt longer than a batch
     auto model = std::make_unique<FakeModel>(3);
     FakeModel* fm = model.get();
