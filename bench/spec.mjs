@@ -24,6 +24,9 @@
 //   --draft PATH   a draft model GGUF of the same vocabulary: adds the draft column
 //   --workloads a,b  (default rename,tool,prose)
 //   --no-llama     skip llama-server
+//   --cache-mb N   give every engine a host prompt cache of N MiB (default 0: none), so that a
+//                  round's request drafts from the earlier rounds' answers where its own history
+//                  has no match (the cache saves a slot's answer when the next round reuses it)
 import { existsSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism, homedir, loadavg, tmpdir } from "node:os";
@@ -45,6 +48,7 @@ const { values: a } = parseArgs({
     draft: { type: "string" },
     workloads: { type: "string" },
     "no-llama": { type: "boolean" },
+    "cache-mb": { type: "string" },
   },
 });
 const MODEL = a.model ?? join(homedir(), ".cache/mashbox/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
@@ -54,6 +58,7 @@ const TOKENS = Number(a.tokens ?? 256);
 const DRAFT_MAX = Number(a["draft-max"] ?? 8);
 const STREAMS = Number(a.streams ?? 4);
 const DRAFT = a.draft;
+const CACHE_MB = Number(a["cache-mb"] ?? 0);
 const MODES = DRAFT ? ["off", "ngram", "draft"] : ["off", "ngram"];
 const SPEC = MODES.slice(1);
 
@@ -107,7 +112,7 @@ async function open(spec) {
   const engine = new addon.Engine();
   const runs = new Map();
   const draft = spec === "draft" ? { draft_model_path: DRAFT } : {};
-  const info = await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX, ...draft }, (evs) => {
+  const info = await engine.load({ model_path: MODEL, n_ctx: 2048, n_slots: Math.max(1, STREAMS), n_threads: THREADS, max_batch: 512, spec, spec_draft_max: DRAFT_MAX, cache_ram_mib: CACHE_MB, ...draft }, (evs) => {
     for (const e of evs) {
       const r = runs.get(e.id);
       if (!r) continue;
@@ -136,7 +141,8 @@ const rate = (times) => (times.length > 1 ? ((times.length - 1) * 1000) / (times
 const f1 = (x) => (Number.isFinite(x) ? x.toFixed(1) : "-");
 const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
-console.log(`spec bench: ${MODEL}${DRAFT ? ` drafted by ${DRAFT}` : ""}, ${THREADS} threads, ${TOKENS} tokens max, draft max ${DRAFT_MAX}, ${ROUNDS} rounds`);
+console.log(`spec bench: ${MODEL}${DRAFT ? ` drafted by ${DRAFT}` : ""}, ${THREADS} threads, ${TOKENS} tokens max, draft max ${DRAFT_MAX}, ${ROUNDS} rounds` +
+  (CACHE_MB > 0 ? `, host cache ${CACHE_MB} MiB` : ""));
 const engines = {};
 for (const m of MODES) engines[m] = await open(m);
 for (const e of Object.values(engines)) await e.run(e.tok("Hello"), 4); // page the weights in
