@@ -602,8 +602,69 @@ static void test_draft_index() {
   }
 }
 
+// Random saves under a small cap (evictions, shared prefixes, partial leaves replaced): whatever
+// the index says must be what followed that m-gram in some prompt saved earlier, and a prompt
+// held in full drafts its own continuation wherever its m-gram is unique and inside a block.
+static void test_draft_index_random() {
+  constexpr size_t m = PromptCache::kDraftGram;
+  PromptCache c("", cap_for_blocks(6), kBt, "ns-r");
+  c.index_drafts();
+  std::vector<std::vector<int32_t>> saved;
+  uint32_t x = 12345;
+  auto rnd = [&](uint32_t n) { x = x * 1664525u + 1013904223u; return (x >> 8) % n; };
+  // Where an m-gram occurs in all that was saved, and whether out follows one of those places.
+  auto sound = [&](const int32_t* g, const std::vector<int32_t>& out) {
+    for (const auto& q : saved)
+      for (size_t j = 0; j + m + out.size() <= q.size(); j++)
+        if (std::equal(g, g + m, q.begin() + j) && std::equal(out.begin(), out.end(), q.begin() + j + m)) return true;
+    return false;
+  };
+  auto occurrences = [&](const int32_t* g) {
+    int k = 0;
+    for (const auto& q : saved)
+      for (size_t j = 0; j + m <= q.size(); j++) k += std::equal(g, g + m, q.begin() + j);
+    return k;
+  };
+  int drafted = 0, complete = 0;
+  for (int it = 0; it < 300; it++) {
+    std::vector<int32_t> p;
+    if (!saved.empty() && rnd(3) == 0) {  // an earlier prompt's prefix, then its own way
+      const auto& q = saved[rnd(uint32_t(saved.size()))];
+      p.assign(q.begin(), q.begin() + rnd(uint32_t(q.size()) + 1));
+    }
+    const auto own = seq(int32_t(1000 + it), 1 + rnd(200));
+    p.insert(p.end(), own.begin(), own.end());
+    save(c, p, p.size());
+    saved.push_back(p);
+    for (int probe = 0; probe < 20; probe++) {
+      const auto& q = saved[rnd(uint32_t(saved.size()))];
+      if (q.size() < m) continue;
+      const size_t end = m + rnd(uint32_t(q.size() - m + 1));  // hist = q[0, end)
+      std::vector<int32_t> out(8, -1);
+      out.resize(c.continuation(q.data(), end, m, out.data(), out.size()));
+      if (!out.empty()) {
+        drafted++;
+        check(sound(q.data() + end - m, out), "draft index: a continuation no saved prompt holds, iteration " + std::to_string(it));
+      }
+    }
+    // The prompt just saved is held in full (it was saved last): its unique in-block m-grams draft.
+    if (c.lookup(p.data(), p.size()).n == p.size())
+      for (size_t i = 0; i + m < p.size(); i++) {
+        if (i / N != (i + m - 1) / N || occurrences(p.data() + i) != 1) continue;
+        std::vector<int32_t> out(4, -1);
+        out.resize(c.continuation(p.data(), i + m, m, out.data(), out.size()));
+        CHECK(!out.empty() && out[0] == p[i + m]);
+        complete++;
+      }
+  }
+  CHECK(c.stats().evictions > 0);
+  CHECK(drafted > 100);
+  CHECK(complete > 100);
+}
+
 int main() {
   test_draft_index();
+  test_draft_index_random();
   test_sharing_and_partial_matches();
   test_state_point_replaced_by_full_block();
   test_lru_under_cap();
