@@ -41,6 +41,7 @@ struct LoadOptions {
   std::string cache_namespace;
   std::string cache_dir;       // its disk tier ("" = none)
   double cache_disk_bytes = 0;
+  std::string draft_cache_namespace;  // the draft model's, as cache_namespace ("" = it keeps none)
   bool spec_ngram = false;     // speculative decoding by n-gram lookup (SchedulerOptions)
   int spec_draft_max = 8;
   // Speculative decoding with a draft model ("" = none): its GGUF, and the names start-up errors
@@ -209,8 +210,10 @@ class Engine : public Napi::ObjectWrap<Engine> {
     so.spec_draft_max = lo.spec_draft_max;
     // The caller names the model, tokenizer and template; the K/V type is the model's to say, and
     // the kernel set's (their results differ in the last bits, and so would the K/V).
-    so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" +
-                         (lo.device == mb::Device::cuda ? std::string("cuda") : mb::kernels_backend());
+    const std::string kernels = lo.device == mb::Device::cuda ? std::string("cuda") : mb::kernels_backend();
+    so.cache_namespace = lo.cache_namespace + "\nkv_type=" + loaded_->kv_type + "\nkernels=" + kernels;
+    if (loaded_->draft_model && !lo.draft_cache_namespace.empty())
+      so.draft_cache_namespace = lo.draft_cache_namespace + "\nkv_type=" + loaded_->draft_model->kv_type() + "\nkernels=" + kernels;
     loaded_->sched = std::make_unique<mb::Scheduler>(
         std::move(loaded_->model), std::move(loaded_->draft_model), loaded_->tok, so, [queue, tsfn](std::vector<mb::EngineEvent>&& evs) mutable {
           std::lock_guard<std::mutex> lk(queue->mu);
@@ -636,7 +639,8 @@ class LoadWorker : public Napi::AsyncWorker {
 
 // load({model_path, n_ctx, n_slots, n_threads, max_batch, device?: "cpu" | "cuda", cache_ram_mib?,
 //       cache_path?, cache_namespace?, cache_dir?, cache_disk_mib?, spec?: "ngram" | "draft" | "off",
-//       draft_model_path? (with spec "draft"), model_id?, draft_model_id?, spec_draft_max?}, on_events)
+//       draft_model_path? (with spec "draft"), draft_cache_namespace?, model_id?, draft_model_id?,
+//       spec_draft_max?}, on_events)
 //       -> Promise<info>
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
   auto env = info.Env();
@@ -662,6 +666,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     lo.spec_ngram = sp == "ngram";
   }
   if (o.Get("draft_model_path").IsString()) lo.draft_path = o.Get("draft_model_path").As<Napi::String>().Utf8Value();
+  if (o.Get("draft_cache_namespace").IsString()) lo.draft_cache_namespace = o.Get("draft_cache_namespace").As<Napi::String>().Utf8Value();
   if ((sp == "draft") != !lo.draft_path.empty())
     throw Napi::RangeError::New(env, "load: spec \"draft\" and draft_model_path go together");
   if (o.Get("model_id").IsString()) lo.model_name = o.Get("model_id").As<Napi::String>().Utf8Value();

@@ -98,19 +98,43 @@ Scheduler::Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_
   step_ms_.assign(size_t(opts_.n_slots + kSpecRows + 1), 0.0);
   stats_.slots_total = opts_.n_slots;
   stats_.kv_tokens_total = int64_t(opts_.n_slots) * opts_.n_ctx;
-  if (opts_.cache_bytes > 0 && model_->kv_token_bytes() > 0) {
+  // The draft model's host cache shares the budget: --cache-ram and --cache-disk stay what the
+  // server uses in all, split in proportion to bytes of K/V per token, so that both caches hold
+  // about as many tokens and the draft model's prefix is there for the prompts whose model
+  // prefix is (an equal cap each would double what the operator asked for; an even split would
+  // leave the smaller model room for prompts the model has long evicted).
+  const size_t bt = model_->kv_token_bytes(), bd = draft_model_ ? draft_model_->kv_token_bytes() : 0;
+  const bool draft_cache = opts_.cache_bytes > 0 && bt > 0 && bd > 0 && !opts_.draft_cache_namespace.empty();
+  auto share = [&](uint64_t bytes) { return draft_cache ? uint64_t(double(bytes) * double(bd) / double(bt + bd)) : 0; };
+  const uint64_t draft_ram = share(opts_.cache_bytes), draft_disk = share(opts_.cache_disk_bytes);
+  auto open_cache = [](const std::string& path, uint64_t bytes, size_t token_bytes, const std::string& ns,
+                       const PromptCacheDisk& disk, const char* whose) -> std::unique_ptr<PromptCache> {
     try {
-      cache_ = std::make_unique<PromptCache>(opts_.cache_path, opts_.cache_bytes, model_->kv_token_bytes(), opts_.cache_namespace,
-                                             PromptCacheDisk{opts_.cache_dir, opts_.cache_disk_bytes});
-      if (!cache_->enabled()) cache_.reset();  // the cap holds less than one block
+      auto c = std::make_unique<PromptCache>(path, bytes, token_bytes, ns, disk);
+      if (c->enabled()) return c;  // else the cap holds less than one block
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "mashbox: host prompt cache off: %s\n", e.what());
-      cache_.reset();
+      std::fprintf(stderr, "mashbox: %s host prompt cache off: %s\n", whose, e.what());
     }
+    return nullptr;
+  };
+  if (opts_.cache_bytes > 0 && bt > 0)
+    cache_ = open_cache(opts_.cache_path, opts_.cache_bytes - draft_ram, bt, opts_.cache_namespace,
+                        PromptCacheDisk{opts_.cache_dir, opts_.cache_disk_bytes - draft_disk}, "the model's");
+  if (cache_ && draft_cache) {
+    // A file and a disk directory of its own: at start-up a disk tier removes other namespaces'
+    // block files over an hour old while the directory is over its cap, which with the draft
+    // model's files beside the model's it would be (its cap is its share), so each would trim
+    // the other's. The role is in the namespace so that a model drafting for itself keeps the
+    // two apart all the same.
+    const std::string path = opts_.cache_path.empty() ? std::string() : opts_.cache_path + ".draft";
+    const std::string dir = opts_.cache_dir.empty() ? std::string() : opts_.cache_dir + "/draft";
+    draft_cache_ = open_cache(path, draft_ram, bd, "role=draft\n" + opts_.draft_cache_namespace, PromptCacheDisk{dir, draft_disk},
+                              "the draft model's");
   }
   // Earlier prompts draft too (Scheduler::draft), wherever drafts can be rolled back.
   if (cache_ && spec && rewindable_) cache_->index_drafts();
   if (cache_) stats_.host_cache = cache_->stats();
+  if (draft_cache_) stats_.draft_host_cache = draft_cache_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -134,6 +158,7 @@ void Scheduler::stop() {
 void Scheduler::submit(EngineRequest req) {
   // cache_ is fixed once the thread runs, and prefetch_disk is safe from any thread.
   if (cache_) cache_->prefetch_disk(req.prompt.data(), req.prompt.size());
+  if (draft_cache_) draft_cache_->prefetch_disk(req.prompt.data(), req.prompt.size());
   auto s = std::make_unique<Seq>(std::move(req));
   s->t_submit = Clock::now();
   {
@@ -172,6 +197,7 @@ void Scheduler::publish_stats() {
   st.spec_draft_tokens = spec_draft_tokens_;
   st.spec_accepted_tokens = spec_accepted_tokens_;
   if (cache_) st.host_cache = cache_->stats();
+  if (draft_cache_) st.draft_host_cache = draft_cache_->stats();
   st.routed_expert_calls = model_->routed_expert_calls();  // this thread runs the forward passes
   st.graph_captures = model_->graph_captures();
   std::lock_guard<std::mutex> lk(mu_);
@@ -300,7 +326,51 @@ size_t Scheduler::reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& 
       }
       break;
   }
+  reuse_draft_prefix(c, prompt);
   return reuse;
+}
+
+// The draft model's slot takes the longest prefix of `prompt` it can get by the same rules, from
+// what it holds, the donor's draft slot or its own host cache, chosen apart from the model's
+// (either cache may have evicted what the other holds), so that draft_with_model catches up on
+// the rest only. Its slot was saved with the model's (reuse_prefix, save_to_host).
+void Scheduler::reuse_draft_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt) {
+  if (!draft_model_) return;
+  const int best = c.slot;
+  const size_t max_reuse = prompt.size() - 1;
+  Slot& sl = slots_[best];
+  try {
+    SlotChoice d = c;
+    d.lcp = size_t(draft_model_->kv_reusable(best, int(std::min(common_prefix(sl.draft_cached, prompt), max_reuse))));
+    d.donor_lcp = c.donor >= 0 ? std::min(common_prefix(slots_[c.donor].draft_cached, prompt), max_reuse) : 0;
+    const bool donor_ok = c.donor >= 0 && size_t(draft_model_->kv_reusable(c.donor, int(d.donor_lcp))) == d.donor_lcp;
+    PromptCache::Match host;
+    if (draft_cache_) host = draft_cache_->lookup(prompt.data(), prompt.size());
+    size_t keep = d.lcp;
+    switch (choose_reuse(d, host.n, donor_ok, kMinCopyTokens)) {
+      case ReuseFrom::Donor:
+        draft_model_->kv_truncate(best, 0);
+        draft_model_->kv_copy(c.donor, best, int(d.donor_lcp));
+        keep = d.donor_lcp;
+        break;
+      case ReuseFrom::Host:
+        draft_model_->kv_truncate(best, int(d.lcp));
+        // A bad block stops the restore where it is: keep is what was written.
+        keep = draft_cache_->restore(host, d.lcp, std::min(host.n, max_reuse), [&](size_t pos, size_t n, const uint8_t* bytes) {
+          draft_model_->kv_write(best, int(pos), int(n), bytes);
+        });
+        break;
+      case ReuseFrom::Slot:
+        break;
+    }
+    draft_model_->kv_truncate(best, int(keep));
+    sl.draft_cached.assign(prompt.begin(), prompt.begin() + long(keep));
+  } catch (const std::exception& e) {
+    // The draft model's K/V only feeds guesses: it starts this slot over rather than fail a request.
+    std::fprintf(stderr, "mashbox: the draft model's prefix reuse failed, it catches up instead: %s\n", e.what());
+    draft_model_->kv_truncate(best, 0);
+    sl.draft_cached.clear();
+  }
 }
 
 // Prompt tokens of `prompt` that some slot or the host cache holds already.
@@ -437,6 +507,17 @@ void Scheduler::save_to_host(int slot, size_t n) {
     cache_->save(c.data(), n, [&](size_t pos, size_t count, uint8_t* dst) { model_->kv_read(slot, int(pos), int(count), dst); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mashbox: host prompt cache save failed: %s\n", e.what());
+  }
+  if (!draft_cache_) return;
+  // The draft model's slot may hold less (it catches up only while its sequence decodes) or
+  // other tokens past the model's (drafts not yet trimmed): only the prefix both agree on is its
+  // K/V of these tokens.
+  const size_t nd = std::min(n, common_prefix(slots_[slot].draft_cached, c));
+  if (nd == 0) return;
+  try {
+    draft_cache_->save(c.data(), nd, [&](size_t pos, size_t count, uint8_t* dst) { draft_model_->kv_read(slot, int(pos), int(count), dst); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mashbox: the draft model's host prompt cache save failed: %s\n", e.what());
   }
 }
 

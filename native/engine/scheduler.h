@@ -86,6 +86,7 @@ struct SchedulerStats {
   int64_t prefix_lookup_tokens = 0;
   int64_t steps = 0;
   PromptCacheStats host_cache;     // all zero when the host cache is off
+  PromptCacheStats draft_host_cache;  // the draft model's (all zero without one)
   std::vector<std::pair<std::string, int64_t>> routed_expert_calls;  // Model::routed_expert_calls()
   int64_t graph_captures = 0;      // Model::graph_captures()
   int64_t spec_draft_tokens = 0;   // draft tokens verified, all requests
@@ -105,6 +106,11 @@ struct SchedulerOptions {
   // when the scheduler stops is saved to the cache first, so the next server finds it there.
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
+  // With a draft model, what its K/V is valid for, built as cache_namespace is (from the draft
+  // model's file); "" = the draft model keeps no host cache. Its host cache takes a share of
+  // cache_bytes and cache_disk_bytes (by K/V bytes per token), in cache_path + ".draft" and
+  // cache_dir + "/draft".
+  std::string draft_cache_namespace;
   // Speculative decoding by n-gram lookup: a decoding sequence's next tokens are guessed from an
   // earlier occurrence of its last few tokens in its own prompt and output, or where those have
   // none, in the host cache's earlier prompts (PromptCache::continuation), and verified in the
@@ -124,7 +130,8 @@ class Scheduler {
   Scheduler(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, SchedulerOptions opts, Sink sink);
   // With a draft model for speculative decoding: same vocabulary and tokenizer as `model`, able
   // to roll its K/V back (kv_rewindable), loaded with the same slots and context. It has its own
-  // K/V per slot and never touches the host prompt cache. Throws std::invalid_argument otherwise.
+  // K/V per slot, and its own host cache (SchedulerOptions::draft_cache_namespace) that follows the
+  // model's: saved and restored with the same prompts. Throws std::invalid_argument otherwise.
   Scheduler(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::shared_ptr<const Tokenizer> tok,
             SchedulerOptions opts, Sink sink);
   ~Scheduler();  // stops the thread; requests still running get no further events
@@ -155,6 +162,7 @@ class Scheduler {
   // The phases, in the order they run (scheduler_phases.h has the pure decisions).
   bool accept_request(Seq& s, std::vector<EngineEvent>& out);
   size_t reuse_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt);
+  void reuse_draft_prefix(const SlotChoice& c, const std::vector<int32_t>& prompt);
   void draft(int n_decoding);
   void draft_with_model(const std::vector<std::pair<Seq*, int>>& want);
   void trim_draft_kv(int slot);
@@ -167,7 +175,7 @@ class Scheduler {
   void finish(Seq& s, const char* reason, std::vector<EngineEvent>& out);
   void fail(Seq& s, const std::string& message, std::vector<EngineEvent>& out);
   const std::shared_ptr<const TokenTrie>& trie();
-  void save_to_host(int slot, size_t n);  // slot's K/V for its first n cached tokens
+  void save_to_host(int slot, size_t n);  // slot's K/V for its first n cached tokens (both models)
   void publish_stats();
 
   std::unique_ptr<Model> model_;
@@ -201,6 +209,7 @@ class Scheduler {
   bool rewindable_ = true;                      // Model::kv_rewindable: drafts can be rolled back
   std::shared_ptr<const TokenTrie> trie_;       // vocabulary trie, built at the first grammar
   std::unique_ptr<PromptCache> cache_;          // host prompt cache; null = off
+  std::unique_ptr<PromptCache> draft_cache_;    // the draft model's; null = off (or no draft model)
   int64_t prefix_lookups_ = 0, prefix_hit_tokens_ = 0, prefix_lookup_tokens_ = 0, steps_ = 0;
   int64_t spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   std::thread thread_;

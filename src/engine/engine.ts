@@ -15,7 +15,7 @@ import type { Engine, EngineStats, GenerationEvent, GenerationRequest, ModelInfo
 import type { WorkerReject, WorkerSubmit } from "./worker.js";
 import type { NativeEvent, NativeLoadOptions, NativeStats } from "./native.js";
 import { mkdirSync } from "node:fs";
-import { cacheNamespace, newCachePath, removeCacheFile } from "./prompt-cache.js";
+import { cacheNamespace, draftCachePath, newCachePath, removeCacheFile } from "./prompt-cache.js";
 import { Channel } from "./channel.js";
 import { OutputStage, requestParser, type StageStep } from "./output.js";
 import { WorkerClient } from "./worker-client.js";
@@ -155,6 +155,7 @@ class WorkerEngine implements ManagedEngine {
       const path = opts.cache_path ?? this.ownedCachePath;
       if (path !== null) load.cache_path = path;
       load.cache_namespace = cacheNamespace(opts.model_path);
+      if (load.draft_model_path !== undefined) load.draft_cache_namespace = cacheNamespace(load.draft_model_path);
       if (opts.cache_dir !== undefined && (opts.cache_disk_mib ?? 0) > 0) {
         // A directory that cannot be made is reported once by the worker, which then runs
         // without what it would have read back.
@@ -221,7 +222,10 @@ class WorkerEngine implements ManagedEngine {
 
   async close(): Promise<void> {
     await Promise.all([this.worker.close(), this.grammars.close()]);
-    if (this.ownedCachePath) removeCacheFile(this.ownedCachePath);
+    if (this.ownedCachePath) {
+      removeCacheFile(this.ownedCachePath);
+      removeCacheFile(draftCachePath(this.ownedCachePath));
+    }
     this.failAll("engine_error", "The engine stopped.");
   }
 

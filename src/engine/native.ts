@@ -19,6 +19,12 @@ export interface NativeLoadOptions {
   cache_path?: string;
   /** What a cached state is valid for (model file, tokenizer, template, policy; see prompt-cache.ts). */
   cache_namespace?: string;
+  /**
+   * The draft model's cache namespace, as cache_namespace (absent = the draft model keeps no host
+   * cache). Its cache takes a share of cache_ram_mib and cache_disk_mib, in `${cache_path}.draft`
+   * and `${cache_dir}/draft`.
+   */
+  draft_cache_namespace?: string;
   /** Directory of the host cache's disk tier (absent = none). */
   cache_dir?: string;
   /** Cap of the disk tier in MiB (0 or absent = none). */

@@ -102,6 +102,14 @@ function pidAlive(pid: number): boolean {
   }
 }
 
+/**
+ * The draft model's cache file beside the model's (native Scheduler: `cache_path + ".draft"`).
+ * Its name keeps the pid after FILE_PREFIX, so removeStale cleans it up with the model's.
+ */
+export function draftCachePath(path: string): string {
+  return `${path}.draft`;
+}
+
 export function removeCacheFile(path: string): void {
   try {
     if (existsSync(path)) unlinkSync(path);

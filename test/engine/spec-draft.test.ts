@@ -7,7 +7,9 @@
 // with a message naming both models.
 import { expect } from "chai";
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createEngine, type ManagedEngine } from "../../src/engine/engine.js";
 import { loadAddon, type NativeEngine, type NativeEvent, type NativeLoadOptions } from "../../src/engine/native.js";
 import type { GenerationRequest, SamplingParams } from "../../src/engine/types.js";
@@ -87,12 +89,18 @@ describe("speculative decoding with a draft model", function () {
   describe("through the worker", () => {
     let off: ManagedEngine;
     let on: ManagedEngine;
+    // The drafting engine has a host cache: the draft model's goes beside it.
+    const tmp = mkdtempSync(join(tmpdir(), "mb-spec-draft-"));
+    const cache_path = join(tmp, "cache");
     before(async () => {
       off = createEngine({ model_path: TARGET, model_id: IDS.target, n_ctx: 256, n_slots: 1, n_threads: 1, spec: "off" });
-      on = createEngine({ model_path: TARGET, model_id: IDS.target, n_ctx: 256, n_slots: 1, n_threads: 1, spec: "draft", draft_model_path: DRAFT, draft_model_id: IDS.draft });
+      on = createEngine({ model_path: TARGET, model_id: IDS.target, n_ctx: 256, n_slots: 1, n_threads: 1, spec: "draft", draft_model_path: DRAFT, draft_model_id: IDS.draft, cache_ram_mib: 16, cache_path });
       await Promise.all([off.ready(), on.ready()]);
     });
-    after(async () => Promise.all([off?.close(), on?.close()]));
+    after(async () => {
+      await Promise.all([off?.close(), on?.close()]);
+      rmSync(tmp, { recursive: true, force: true });
+    });
 
     it("greedy text, usage and finish as without speculation; draft_n in the timings; the model says which mode runs", async () => {
       expect(on.model.spec).to.equal("draft");
@@ -108,6 +116,9 @@ describe("speculative decoding with a draft model", function () {
       expect(b.done.timings.draft_n!).to.be.greaterThan(0);
       expect(b.done.timings.draft_n_accepted!).to.be.at.most(b.done.timings.draft_n!);
       expect(on.stats().spec_draft_tokens).to.equal(b.done.timings.draft_n);
+      // The draft model's host cache has a file of its own and a share of --cache-ram.
+      expect(existsSync(`${cache_path}.draft`)).to.equal(true);
+      expect(on.stats().host_cache_cap_bytes!).to.be.greaterThan(0).and.lessThan(16 << 20);
     });
   });
 

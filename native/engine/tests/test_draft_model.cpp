@@ -1,11 +1,15 @@
 // Speculative decoding with a draft model, on real models: the output with drafts from a second
 // model is the output without speculation, greedy token for token and seeded sampling too, over
-// several slots with continuous batching, slot reuse and max_tokens cutting drafts short.
+// several slots with continuous batching, slot reuse and max_tokens cutting drafts short. And the
+// draft model's host cache: a prompt the host cache restores into a slot (after another request
+// had it, or in a restarted server from the disk tier) restores the draft model's K/V too, output
+// unchanged (test_scheduler measures the catch-up it saves).
 //
 // Pairs (from the fixture directory given): two random-weight models sharing one vocabulary
 // (drafts mostly rejected and rolled back in both models), and a model drafting for itself
 // (greedy drafts all accepted). And vocabulary_mismatch, the load check of a pair, on each
 // difference it names. Usage: test_draft_model FIXTURE_DIR [TARGET.gguf DRAFT.gguf].
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -14,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <thread>
 #include <vector>
 
@@ -61,12 +66,15 @@ struct Collector {
 // The target as a model many times the draft's size would be: each step takes 10 ms more
 // whatever its rows (decode bound by reading weights). Drafting pays then, so the scheduler's
 // cost-weighed draft budget drafts long, and the accept and rollback paths get exercised.
+// With `fed`, it counts the tokens its forward passes take (a draft model's catch-up and drafts).
 class HeavyModel : public Model {
  public:
-  explicit HeavyModel(std::unique_ptr<Model> m) : m_(std::move(m)) {}
+  explicit HeavyModel(std::unique_ptr<Model> m, int sleep_ms = 10, std::atomic<int64_t>* fed = nullptr)
+      : m_(std::move(m)), sleep_ms_(sleep_ms), fed_(fed) {}
   const ModelConfig& config() const override { return m_->config(); }
   void forward(const Batch& b, float* out) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    if (fed_) fed_->fetch_add(int64_t(b.token.size()));
     m_->forward(b, out);
   }
   void kv_truncate(int slot, int pos) override { m_->kv_truncate(slot, pos); }
@@ -81,6 +89,8 @@ class HeavyModel : public Model {
 
  private:
   std::unique_ptr<Model> m_;
+  int sleep_ms_;
+  std::atomic<int64_t>* fed_;
 };
 
 bool exists(const std::string& p) {
@@ -169,6 +179,110 @@ void check_pair(const std::string& target, const std::string& draft, ThreadPool*
   }
 }
 
+// One request at a time through one slot with the host cache on, as an agent's turns arrive: a
+// long prompt, an unrelated one (the slot changes hands: the first is saved), and the first again
+// with a new tail (restored from the host cache). fed[i]: tokens the draft model's forwards took
+// while request i ran (its catch-up and its drafts).
+struct Turns {
+  std::vector<Result> results;
+  std::vector<int64_t> fed;
+  SchedulerStats stats;
+};
+constexpr int kLong = 600, kTail = 30, kTurnCtx = 1024;
+
+std::vector<int32_t> turn_prompt(int which, int V) {
+  std::vector<int32_t> p;
+  const int n = which == 1 ? 200 : which == 2 ? kLong + kTail : kLong;
+  for (int t = 0; t < n; t++) p.push_back(int32_t(((which == 1 ? 7 : 3) * 131 + t * 7919 + 17) % V));
+  return p;
+}
+
+// draft: "" = no speculation. draft_ns: the draft model's cache namespace ("" = no draft cache).
+// dir: the disk tier ("" = none). Runs the turns listed, in order.
+Turns run_turns(const std::string& target, const std::string& draft, ThreadPool* pool, const std::string& draft_ns,
+                const std::string& dir, const std::vector<int>& which) {
+  std::shared_ptr<GgufFile> f = GgufFile::open(target);
+  std::unique_ptr<Model> model = Model::load(f, 1, kTurnCtx, pool, 64);
+  std::shared_ptr<const Tokenizer> tok(Tokenizer::from_gguf(*f));
+  std::unique_ptr<Model> dm;
+  std::shared_ptr<GgufFile> df;
+  std::atomic<int64_t> fed{0};
+  if (!draft.empty()) {
+    df = GgufFile::open(draft);
+    dm = std::make_unique<HeavyModel>(Model::load(df, 1, kTurnCtx, pool, 64), 0, &fed);
+    model = std::make_unique<HeavyModel>(std::move(model));
+  }
+  Collector c;
+  SchedulerOptions o;
+  o.n_slots = 1;
+  o.n_ctx = kTurnCtx;
+  o.max_batch = 64;
+  o.spec_draft_max = 6;
+  o.cache_bytes = 64ull << 20;
+  o.cache_namespace = "test_draft_model turns";
+  o.draft_cache_namespace = draft_ns;
+  o.cache_dir = dir;
+  o.cache_disk_bytes = dir.empty() ? 0 : 64ull << 20;
+  Turns out;
+  {
+    Scheduler s(std::move(model), std::move(dm), tok, o, [&](auto&& e) { c.sink(std::move(e)); });
+    for (size_t i = 0; i < which.size(); i++) {
+      EngineRequest r;
+      r.id = uint64_t(i + 1);
+      r.prompt = turn_prompt(which[i], tok->n_vocab());
+      r.max_tokens = 24;
+      const int64_t before = fed.load();
+      s.submit(std::move(r));
+      out.results.push_back(c.wait(uint64_t(i + 1)));
+      out.fed.push_back(fed.load() - before);
+    }
+    out.stats = s.stats();
+  }
+  return out;
+}
+
+// On real models the draft model's K/V goes through its host cache (kv_read into blocks,
+// kv_write back into another slot's turn or another server) and output stays that of plain
+// decoding. How much catch-up that saves is test_scheduler's to measure: these random-weight
+// models soon repeat one token, and from then on the history's own n-grams draft, not the model,
+// so the draft model catches up on only part of a long prompt.
+void check_draft_cache(const std::string& target, const std::string& draft, ThreadPool* pool) {
+  const std::string what = target + " drafted by " + draft + ", host cache";
+  const std::vector<int> turns = {0, 1, 2};
+  const Turns plain = run_turns(target, "", pool, "", "", turns);
+  const Turns none = run_turns(target, draft, pool, "", "", turns);
+  const Turns cached = run_turns(target, draft, pool, "test_draft_model turns draft", "", turns);
+  for (const Turns* t : {&none, &cached})
+    for (size_t i = 0; i < turns.size(); i++) {
+      check(!t->results[i].error, what + ": turn " + std::to_string(i) + " ran: " + t->results[i].message);
+      check(t->results[i].tokens == plain.results[i].tokens, what + ": turn " + std::to_string(i) + " tokens as without speculation");
+    }
+  // The last turn's model prefix came from the host cache (the slot served turn 1 in between),
+  // and the draft model's from its own, as far as it had caught up in turn 0.
+  CHECK(cached.stats.host_cache.restored_tokens >= kLong);
+  CHECK(cached.results[0].draft_n > 0 && cached.results[2].draft_n > 0);
+  CHECK(cached.stats.draft_host_cache.saved_tokens > 0);
+  CHECK(cached.stats.draft_host_cache.restored_tokens > 0);
+  CHECK_EQ(none.stats.draft_host_cache.cap_bytes, int64_t(0));
+  CHECK(cached.stats.host_cache.cap_bytes + cached.stats.draft_host_cache.cap_bytes <= int64_t(64) << 20);
+  std::printf("%s: the draft model restored %lld tokens and was fed %lld in the returning turn, %lld without its cache\n",
+              what.c_str(), (long long)cached.stats.draft_host_cache.restored_tokens, (long long)cached.fed[2], (long long)none.fed[2]);
+
+  // A restarted server: what the slot held when the first one stopped comes back from the disk
+  // tier, for both models.
+  char tmpl[] = "/tmp/mb-draft-cache-XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  CHECK(dir != nullptr);
+  if (!dir) return;
+  run_turns(target, draft, pool, "test_draft_model turns draft", dir, {0});
+  const Turns again = run_turns(target, draft, pool, "test_draft_model turns draft", dir, {2});
+  check(!again.results[0].error && again.results[0].tokens == plain.results[2].tokens,
+        what + ": after a restart, tokens as without speculation");
+  CHECK(again.stats.host_cache.disk_hit_tokens >= kLong);
+  CHECK(again.stats.draft_host_cache.disk_hit_tokens > 0);
+  CHECK(std::system((std::string("rm -rf '") + dir + "'").c_str()) == 0);
+}
+
 // A vocabulary of n tokens "t0".."t{n-1}", with settable specials, for vocabulary_mismatch.
 class ListTok : public Tokenizer {
  public:
@@ -223,6 +337,7 @@ int main(int argc, char** argv) {
   ThreadPool pool(2);
   if (argc >= 4) {
     check_pair(argv[2], argv[3], &pool, std::string(argv[2]) == argv[3]);
+    check_draft_cache(argv[2], argv[3], &pool);
     TEST_MAIN_END();
   }
   // Both SmolLM2's vocabulary (scripts/make_fixtures.py), different weights.
@@ -233,5 +348,6 @@ int main(int argc, char** argv) {
   }
   check_pair(a, b, &pool, false);
   check_pair(b, b, &pool, true);
+  check_draft_cache(b, b, &pool);
   TEST_MAIN_END();
 }

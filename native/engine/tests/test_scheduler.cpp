@@ -4,12 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "../../model/model.h"
@@ -295,7 +297,129 @@ static void test_spec_from_host_cache(bool cache) {
   std::printf("spec from host cache %s: %d drafted, %d accepted\n", cache ? "on" : "off", r2.draft_n, r2.draft_accepted);
 }
 
+// A draft model's host cache: one slot serves a 600-token prompt, then an unrelated one (the
+// slot changes hands and is saved), then the first again with a 30-token tail, whose prefix the
+// model restores from the host cache. The draft model (a second fake of the same rule, so its
+// greedy drafts are all right) restores its own prefix from its own cache, and catches up on the
+// tail only; without that cache (no namespace) it catches up on the whole prompt again. With
+// `restart`, the last turn runs in a second scheduler that finds both caches' blocks in the disk
+// tier the first one wrote when it stopped. The target sleeps 2 ms a step (a model larger than
+// its draft), so that drafting pays under the measured-cost budget.
+static void test_draft_model_host_cache(bool draft_cache, bool restart) {
+  const std::string what = std::string("draft model ") + (draft_cache ? "with" : "without") + " its host cache" + (restart ? ", restarted" : "");
+  char tmpl[] = "/tmp/mb-sched-draft-cache-XXXXXX";
+  const std::string dir = restart ? std::string(mkdtemp(tmpl)) : std::string();
+  struct Run {
+    Collector c;
+    FakeModel *fm = nullptr, *dm = nullptr;
+    std::unique_ptr<Scheduler> s;
+  };
+  auto start = [&](Run& r) {
+    auto model = std::make_unique<FakeModel>(1);
+    auto draft = std::make_unique<FakeModel>(1);
+    r.fm = model.get();
+    r.dm = draft.get();
+    r.fm->step_sleep_us = 2000;
+    SchedulerOptions o{1, 2048, 512};
+    o.spec_draft_max = 6;
+    o.cache_bytes = 1 << 22;
+    o.cache_namespace = "fake";
+    if (draft_cache) o.draft_cache_namespace = "fake";  // the same string: the role keeps them apart
+    o.cache_dir = dir;
+    o.cache_disk_bytes = dir.empty() ? 0 : 1 << 22;
+    r.s = std::make_unique<Scheduler>(std::move(model), std::move(draft), std::make_shared<FakeTok>(), o,
+                                      [c = &r.c](auto&& e) { c->sink(std::move(e)); });
+  };
+  const auto p1 = make_prompt(600, 0), p2 = make_prompt(200, 5);
+  auto p3 = p1;
+  for (int i = 0; i < 30; i++) p3.push_back((i * 11 + 3) % 60);
+  Run a, b;
+  start(a);
+  a.s->submit(req(1, p1, 24));
+  check(a.c.wait(1).tokens == expected(p1, 24), what + ": turn 1 as without speculation");
+  Run* last = &a;
+  if (restart) {
+    a.s.reset();  // saves what the slot holds, both models, and writes it to the directory
+    CHECK_EQ(a.fm->bad_pos + a.dm->bad_pos, 0);
+    start(b);
+    last = &b;
+  } else {
+    a.s->submit(req(2, p2, 8));
+    check(a.c.wait(2).tokens == expected(p2, 8), what + ": turn 2 as without speculation");
+  }
+  const size_t fed_before = last->dm->tokens_forwarded;
+  last->s->submit(req(3, p3, 24));
+  const Result r3 = last->c.wait(3);
+  const int64_t fed = int64_t(last->dm->tokens_forwarded - fed_before);
+  check(r3.tokens == expected(p3, 24), what + ": turn 3 as without speculation");
+  CHECK_EQ(r3.cached, 600);  // the model's prefix, all of turn 1's prompt: from the host cache (or its disk tier)
+  CHECK(r3.draft_n > 0);
+  CHECK_EQ(r3.draft_accepted, r3.draft_n);
+  CHECK_EQ(last->fm->bad_pos + last->dm->bad_pos, 0);  // both models' K/V written in order
+  const SchedulerStats st = last->s->stats();
+  // The tail (30 tokens), then one token a draft position: at most 6 drafts for each of 24 tokens.
+  const int64_t tail = 30, drafting = 24 * 6;
+  if (draft_cache) {
+    check(fed <= tail + drafting, what + ": the draft model catches up on the tail only (" + std::to_string(fed) + " tokens fed)");
+    CHECK_EQ(last->dm->restored, 600);
+    CHECK_EQ(st.draft_host_cache.restored_tokens, int64_t(600));
+    if (restart) CHECK(st.draft_host_cache.disk_hit_tokens >= 600);
+    // The budget is split: the model's cache is smaller than the whole of it.
+    CHECK(st.host_cache.cap_bytes > 0 && st.draft_host_cache.cap_bytes > 0);
+    CHECK(st.host_cache.cap_bytes + st.draft_host_cache.cap_bytes <= int64_t(1) << 22);
+  } else {
+    check(fed >= int64_t(p3.size()), what + ": the draft model catches up on the whole prompt (" + std::to_string(fed) + " tokens fed)");
+    CHECK_EQ(last->dm->restored, 0);
+    CHECK_EQ(st.draft_host_cache.cap_bytes, int64_t(0));
+    CHECK_EQ(st.host_cache.cap_bytes, int64_t(1) << 22);
+  }
+  std::printf("%s: draft model fed %lld tokens in the returning turn (%d drafted, %d accepted)\n", what.c_str(), (long long)fed,
+              r3.draft_n, r3.draft_accepted);
+  a.s.reset();
+  b.s.reset();
+  if (restart) CHECK(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
+}
+
+// A draft model's prefix from a donor: while request 1 decodes in one slot (its draft model
+// caught up), request 2 with the same prompt and a new tail takes the other; both models copy the
+// prefix from the busy slot, and the draft model catches up on the tail only.
+static void test_draft_model_donor() {
+  auto model = std::make_unique<FakeModel>(2);
+  auto draft = std::make_unique<FakeModel>(2);
+  FakeModel *fm = model.get(), *dm = draft.get();
+  fm->step_sleep_us = 2000;
+  Collector c;
+  SchedulerOptions o{2, 2048, 512};
+  o.spec_draft_max = 6;
+  Scheduler s(std::move(model), std::move(draft), std::make_shared<FakeTok>(), o, [&](auto&& e) { c.sink(std::move(e)); });
+  const auto p1 = make_prompt(600, 0);
+  auto p2 = p1;
+  for (int i = 0; i < 30; i++) p2.push_back((i * 11 + 3) % 60);
+  s.submit(req(1, p1, 300));
+  // Past the draft model's catch-up (600 tokens, 128 a step) and into its drafts.
+  for (int i = 0; i < 2000 && c.tokens_of(1) < 40; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const size_t fed_before = dm->tokens_forwarded;
+  s.submit(req(2, p2, 24));
+  const Result r2 = c.wait(2);
+  const int64_t fed = int64_t(dm->tokens_forwarded - fed_before);
+  check(r2.tokens == expected(p2, 24), "draft model donor: output as without speculation");
+  check(c.wait(1).tokens == expected(p1, 300), "draft model donor: the donor's output as without speculation");
+  CHECK_EQ(r2.cached, 600);
+  CHECK(fm->copies > 0 && dm->copies > 0);
+  CHECK(r2.draft_n > 0);
+  CHECK_EQ(fm->bad_pos + dm->bad_pos, 0);
+  // Request 1 goes on drafting meanwhile (at most 7 tokens a step, steps of at least 2 ms), so
+  // the bound counts its share too: without the copy request 2 alone would need 630.
+  check(fed < 400, "draft model donor: the draft model copies the prefix (" + std::to_string(fed) + " tokens fed)");
+  std::printf("draft model donor: %lld tokens fed while request 2 ran (%d drafted, %d accepted)\n", (long long)fed, r2.draft_n, r2.draft_accepted);
+}
+
 int main() {
+  test_draft_model_donor();
+  test_draft_model_host_cache(true, false);
+  test_draft_model_host_cache(false, false);
+  test_draft_model_host_cache(true, true);
+  test_draft_model_host_cache(false, true);
   test_spec(60);
   test_spec(0);
   test_spec_from_host_cache(true);
