@@ -13,9 +13,11 @@ namespace kq {
 namespace {
 
 // Weight-row samples: at most kRows rows of each matrix (the tile and 8-token GEMM take 4 rows at
-// a time, so two groups); kTokens activations, more than one 8-token group so every path runs, and
-// kTokens16, enough for the driver to take the 16-row GEMM.
+// a time, so two groups); kTokens activations, more than one 8-token group so every path runs (the
+// K-quants' token groups among them), kTokensFew, few enough for the K-quants' tiles with several
+// tokens, and kTokens16, enough for the driver to take the 16-row GEMM.
 constexpr int64_t kRows = 8;
+constexpr int kTokensFew = 3;
 constexpr int kTokens = 9;
 constexpr int kTokens16 = 17;
 
@@ -44,7 +46,7 @@ void certify_matmul(Gate& g, const KernelTable& kt, const QMatrix& sample) {
   const size_t rb = ggml_row_bytes(W.type, W.K);
   std::vector<float> wf(size_t(W.N * W.K));  // [N][K] dequantized weights
   for (int64_t r = 0; r < W.N; r++) ref::dequantize(W.type, W.data + r * rb, wf.data() + r * W.K, W.K);
-  for (int T : {1, kTokens, kTokens16}) {
+  for (int T : {1, kTokensFew, kTokens, kTokens16}) {
     auto x = g.floats(size_t(T * W.K), -1.0f, 1.0f);  // [T][K]
     std::vector<float> want(size_t(T * W.N)), got(size_t(T * W.N));  // [T][N]
     try {

@@ -175,8 +175,9 @@ static KernelTable build_avx512() {
   k.tile[S_Q5_1] = avx512::vnni_tile<GgmlType::Q5_1>;
   k.tile[S_Q8_0] = avx512::vnni_tile<GgmlType::Q8_0>;
   k.tile[S_MXFP4] = avx512::vnni_tile<GgmlType::MXFP4>;
-  // the K-quants' integer sums are exact in any order, so these keep the AVX2 tiles' bits; they
-  // take every T below kGemm16MinTokens (no Gemm8: the tiles beat it there, vnni.cpp)
+  // the K-quants' integer sums are exact in any order, so these keep the AVX2 tiles' bits, and so
+  // do their token groups (kquant_group.cpp; in gemm4, with their own group size and token
+  // counts); no Gemm8: the tiles beat it, vnni.cpp
   k.tile[S_Q4_K] = avx512::tile_q4_K;
   k.tile[S_Q6_K] = avx512::tile_q6_K;
   k.gemm8[S_Q4_0] = avx512::gemm8_q4_0;
@@ -191,6 +192,8 @@ static KernelTable build_avx512() {
   k.gemm4[S_Q5_1] = avx512::gemm4_q5_1;
   k.gemm4[S_Q8_0] = avx512::gemm4_q8_0;
   k.gemm4[S_MXFP4] = avx512::gemm4_mxfp4;
+  k.gemm4[S_Q4_K] = avx512::gemmk_q4_K;
+  k.gemm4[S_Q6_K] = avx512::gemmk_q6_K;
   k.gemm16[S_Q4_K] = avx512::gemm16_q4_K;
   k.gemm16[S_Q6_K] = avx512::gemm16_q6_K;
   k.gemm16[S_Q4_0] = avx512::gemm16_q4_0;

@@ -31,7 +31,8 @@ using AttnScratchFn = size_t (*)(int R, int Dh, int N);
 constexpr int kGemm8MaxGroups = 4;  // the most groups Gemm8::run_n takes
 
 // Optional GEMM for groups of up to 8 tokens (the AVX-512 VNNI set has one for Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, MXFP4; its gemm4 the same interface for groups of 4): pack lays out nt <= 8 partner-typed activation rows (x_stride bytes
+// Q5_1, Q8_0, MXFP4; its gemm4 the same interface for groups of 4, and for Q4_K and Q6_K groups of
+// up to 16): pack lays out nt <= 8 (group) partner-typed activation rows (x_stride bytes
 // apart) in packed_bytes(k) bytes; run computes y[t*ldy + r] for nr <= 4 weight rows x those nt
 // tokens, with the same bits as the table's tile/dot for every pair. Its scalar reference is
 // ref/'s dot for the type.
@@ -48,6 +49,10 @@ struct Gemm8 {
   // The fewest tokens a last, short group must have to go through run (fewer go to the tile
   // kernels): where run's cost does not shrink with nt, the tiles win below it.
   int min_tokens = 4;
+  // gemm4 only: tokens per group (0: 4) and the token counts the driver uses it for, from `from`
+  // to one less than `below` (0: 2 and kGemm4Below in matmul.cpp). The K-quants' groups take up
+  // to 16 tokens, Gemm16 the rest.
+  int group = 0, from = 0, below = 0;
 };
 
 // Optional GEMM over blocks of 16 weight rows (the AVX-512 VNNI set has one for Q4_K, Q6_K, Q4_0,
@@ -72,7 +77,8 @@ struct KernelTable {
   DotFn dot[S_COUNT];
   TileFn tile[S_COUNT];  // may be null: the driver then calls dot per pair
   Gemm8 gemm8[S_COUNT];  // run may be null: the driver then uses tile
-  Gemm8 gemm4[S_COUNT];  // the same for groups of 4 tokens; where set, the driver prefers it from 2 to 7 tokens
+  Gemm8 gemm4[S_COUNT];  // the same for groups of 4 tokens (the K-quants: of up to 16); where set, the driver
+                         // prefers it from 2 (Gemm8::from) to kGemm4Below - 1 (Gemm8::below) tokens
   Gemm16 gemm16[S_COUNT];  // run may be null; where set, the driver prefers it to gemm8 from kGemm16MinTokens
   void (*rmsnorm)(float* out, const float* x, const float* w, int n, float eps);
   void (*softmax)(float* x, int n);

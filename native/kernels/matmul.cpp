@@ -32,7 +32,8 @@ constexpr int kChunksPerThread = 16;
 constexpr int64_t kMaxChunkRows = 64;
 constexpr size_t kGemm8StepBytes = 64 * 1024;  // packed bytes per Gemm8 step (measured: 64 KB beat 48 at K = 1536)
 }  // namespace
-// From this many tokens a Gemm16 kernel (unpacking each block of 16 rows once) beats Gemm8.
+// From this many tokens a Gemm16 kernel (unpacking each block of 16 rows once) beats Gemm8 (and
+// from one more, where a table's gemm4 entry takes 16 tokens: the K-quants' groups).
 constexpr int kGemm16MinTokens = 16;
 
 void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float* y, int T, ThreadPool* pool,
@@ -51,12 +52,15 @@ void matmul_with(const KernelTable& kt, const QMatrix& W, const float* x, float*
   // Tokens [0, tg) go through the table's 8-token GEMM where it has one, in groups packed once
   // per call; the rest (all of them without one) through the tile kernels. Same bits either way.
   // From 2 to kGemm4Below - 1 tokens, groups of 4 where the table has them: their lanes all work
-  // from 4 tokens on, and they read a strip of weights once for up to 16 tokens.
-  const bool use4 = kt.gemm4[slot].run && T >= 2 && T < kGemm4Below;
+  // from 4 tokens on, and they read a strip of weights once for up to 16 tokens. The K-quants'
+  // entry says its own group size and token counts (one group of up to 16 tokens, from where it
+  // beats the one-row tiles; Gemm16 after it: avx512/kquant_group.cpp).
+  const Gemm8& g4 = kt.gemm4[slot];
+  const bool use4 = g4.run && T >= (g4.from ? g4.from : 2) && T < (g4.below ? g4.below : kGemm4Below);
   const Gemm16& g16 = kt.gemm16[slot];
   const bool use16 = g16.run && T >= kGemm16MinTokens && !use4;
-  const Gemm8& g8 = use4 ? kt.gemm4[slot] : kt.gemm8[slot];
-  const int group = use4 ? kGemm4Group : kGemm8Group;  // tokens per packed group
+  const Gemm8& g8 = use4 ? g4 : kt.gemm8[slot];
+  const int group = use4 ? (g4.group ? g4.group : kGemm4Group) : kGemm8Group;  // tokens per packed group
   const int ng = g8.run && !use16 ? T / group + (T % group >= g8.min_tokens ? 1 : 0) : 0;
   const int tg = std::min(T, ng * group);
   const size_t gpb = ng ? g8.packed_bytes(K) : 0;  // packed bytes per group

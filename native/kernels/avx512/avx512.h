@@ -12,6 +12,9 @@ namespace avx512 {
 extern const Gemm8 gemm8_q4_0, gemm8_q4_1, gemm8_q5_0, gemm8_q5_1, gemm8_q8_0, gemm8_mxfp4;
 // The same interface for groups of 4 tokens, as 4 rows x 4 tokens per zmm (T = 2 .. 7).
 extern const Gemm8 gemm4_q4_0, gemm4_q4_1, gemm4_q5_0, gemm4_q5_1, gemm4_q8_0, gemm4_mxfp4;
+// kquant_group.cpp (same flags): the same interface for Q4_K and Q6_K, one group of up to 16
+// tokens (Gemm8::group; the same bits as the tiles), from 6 (Q4_K) or 8 (Q6_K) to 16 tokens.
+extern const Gemm8 gemmk_q4_K, gemmk_q6_K;
 // gemm16.cpp (same flags): GEMM over blocks of 16 weight rows for Q4_K and Q6_K (the same bits
 // as the AVX2 tile and dot) and Q4_0, Q5_0, Q8_0 (the same bits as vnni_tile and vnni_dot), the
 // weights unpacked once per call.

@@ -5,6 +5,9 @@
 // (maddubs, madd, add per 32) take 4 and 2 adds: a few tokens are bound by the multiplies.
 // The integer sum per super-block is exact in any order, so it equals the AVX2 kernels' and the
 // float steps after it are theirs: the bits are the same in both sets, alone or in a batch.
+// They take one token (decode) and the few tokens (below 6 for Q4_K, 8 for Q6_K) where they beat
+// kquant_group.cpp's groups, which unpack a strip once for the whole group but pay for 8 or 16
+// lanes whatever the count; Gemm16 takes 17 tokens and more.
 #include <immintrin.h>
 
 #include <algorithm>

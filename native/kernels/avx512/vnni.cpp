@@ -4,7 +4,8 @@
 // -mavx512f/bw/dq/vl/vnni (and AVX2, FMA, F16C); dispatch.cpp uses it only after checking the CPU.
 // Q4_K and Q6_K have none: their one-row tiles (kquant.cpp) beat an 8-token group for every T
 // below Gemm16's 16 tokens (1.5B's shapes, 2 threads, --cold, best ms, tiles / group: 0.62-1.05,
-// the output matrix Q6_K 1536->151936 at T = 12 26.7 vs 40.3 ms).
+// the output matrix Q6_K 1536->151936 at T = 12 26.7 vs 40.3 ms); their few-token groups are
+// kquant_group.cpp's, in another layout (tokens in the lanes, no activation load per row).
 //
 // Dimension legend: K elements per row (nb = K / 32 blocks, K / 256 super-blocks for the K-quants);
 // a group of 8 tokens t; weight rows in pairs (r, r + 1); j in [0, 8) the 4-element group of a

@@ -3,8 +3,8 @@
 // (fastest, mean, and CPU time per thread), weight GB/s and GFLOP/s (2*T*K*N) of the fastest call,
 // for each kernel table, 1 and 2 threads, T = 1, 8, 32, 512.
 // usage: bench_kernels [--quick] [--only SUBSTRING] [--table NAME] [--tokens T] [--threads N]
-//   --only: the shapes whose name or type contains SUBSTRING; --table: that table only (ref, avx2,
-//   avx512vnni, avx512-g8, avx512-no4, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
+//   --only: the shapes whose name or type contains SUBSTRING; --table: those tables only (a list:
+//   ref, avx2, avx512vnni, avx512-g8, avx512-no4, avx512-no16, avx512-tiles); --tokens: those T (a list: 1,2,3,4,5,8; 1 is decode, 2..7
 //   a few streams or speculative verification rows) instead of 1, 8, 32, 512; --threads: that
 //   thread count only;
 //   --cold: each call reads a different copy of the matrix, out of copies that together exceed
@@ -36,6 +36,19 @@ static double cpu_seconds() {
 }
 
 struct Shape { const char* what; GgmlType type; int64_t K, N; };
+
+// whether name is one of the comma-separated names in list
+static bool in_list(const char* list, const char* name) {
+  const size_t n = std::strlen(name);
+  for (const char* p = list; *p;) {
+    const char* e = std::strchr(p, ',');
+    const size_t len = e ? (size_t)(e - p) : std::strlen(p);
+    if (len == n && std::strncmp(p, name, n) == 0) return true;
+    if (!e) break;
+    p = e + 1;
+  }
+  return false;
+}
 
 int main(int argc, char** argv) {
   bool quick = false;
@@ -90,7 +103,8 @@ int main(int argc, char** argv) {
   if (const KernelTable* a = avx2_table()) tables.push_back(a);
   // the AVX-512 set once more with one packed group per pass (no run_n): what the steps of groups gain
   // and without the 16-row GEMMs (Gemm8, or the K-quants' tiles, for every T): what Gemm16 gains
-  // and without the 4-token groups (8-token groups and tiles below 16 tokens, Gemm16 from 16): what they gain
+  // and without the 4-token groups and the K-quants' groups (8-token groups and tiles below 16
+  // tokens, Gemm16 from 16): what they gain; for Q4_K/Q6_K this is the one-row tiles below 16
   KernelTable one_group{}, no16{}, no4{}, tiles_only{};
   if (const KernelTable* v = avx512_table()) {
     tables.push_back(v);
@@ -147,7 +161,7 @@ int main(int argc, char** argv) {
       std::vector<float> x((size_t)T * s.K), y((size_t)T * s.N);
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       for (const KernelTable* kt : tables) {
-        if (table && std::strcmp(kt->name, table) != 0) continue;
+        if (table && !in_list(table, kt->name)) continue;
         for (int nth : {1, 2}) {
           if (only_threads && nth != only_threads) continue;
           if (kt == &ref_table() && (T >= 32 || nth == 2)) continue;  // the scalar path only as a baseline

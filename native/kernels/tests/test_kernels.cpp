@@ -347,7 +347,7 @@ static void test_matmul(const KernelTable& kt, ThreadPool* pool1, ThreadPool* po
     QMatrix W{t, K, N, w.data()};
     std::vector<float> wf(N * K);
     for (int64_t r = 0; r < N; r++) dequantize_row(W, r, wf.data() + r * K);
-    for (int T : {1, 3, 5, 8, 12, 33}) {
+    for (int T : {1, 3, 5, 8, 12, 16, 33}) {
       auto x = random_floats((size_t)T * K);
       std::vector<float> y1((size_t)T * N, NAN), y2((size_t)T * N, NAN);
       matmul_with(kt, W, x.data(), y1.data(), T, pool1);
@@ -471,8 +471,8 @@ static void test_rope() {
 
 // A token gives the same bits in a batch of any size as computed alone, for every type of the
 // table: through the 4-token groups (2 to 159 tokens: full groups, a short last group, steps of one
-// to kGemm8MaxGroups groups), Gemm16 past them, through the tiles where a type has neither (the
-// K-quants below Gemm16's 16 tokens), odd row counts, any thread count.
+// to kGemm8MaxGroups groups), the K-quants' tiles (a few tokens) and groups of up to 16, Gemm16
+// past them, odd row counts, any thread count.
 static void test_batch_bits(const KernelTable& vt, ThreadPool* pool) {
   int with_gemm8 = 0, with_gemm4 = 0;
   for (GgmlType t : kWeightTypes) {
@@ -484,7 +484,7 @@ static void test_batch_bits(const KernelTable& vt, ThreadPool* pool) {
       const int64_t N = 45;
       auto w = random_rows(t, N, K);
       QMatrix W{t, K, N, w.data()};
-      for (int T : {2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 19, 24, 28, 36, 64, 67, 159, 160, 171}) {
+      for (int T : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19, 24, 28, 36, 64, 67, 159, 160, 171}) {
         auto x = random_floats((size_t)T * K, 3.0f);
         std::vector<float> yv((size_t)T * N, NAN), ya((size_t)T * N, NAN);
         MatmulScratch sc;
@@ -497,8 +497,55 @@ static void test_batch_bits(const KernelTable& vt, ThreadPool* pool) {
   }
   CHECK(with_gemm8 == 6, "%s: expected Gemm8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, found %d", vt.name,
         with_gemm8);
-  CHECK(with_gemm4 == 6, "%s: expected 4-token group kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, found %d", vt.name,
-        with_gemm4);
+  CHECK(with_gemm4 == 8, "%s: expected token group kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q6_K, found %d",
+        vt.name, with_gemm4);
+}
+
+// The K-quants' token groups, called directly: every row count of a strip (1 .. 4) and every token
+// count a group takes (1 .. group: the driver's from .. below - 1 and the rest, so a change of the
+// range stays covered), the bits of the table's dot for every pair and nothing stored past nr rows
+// or nt tokens. The dot is held to ref/ by
+// test_fast_vs_ref, so this is also the groups' parity with the scalar reference.
+static void test_gemm4_bits(const KernelTable& vt) {
+  int tested = 0;
+  for (GgmlType t : kWeightTypes) {
+    const int slot = type_slot(t);
+    const Gemm8& g = vt.gemm4[slot];
+    if (!g.run || !g.group) continue;  // the legacy types' groups of 4: test_batch_bits
+    tested++;
+    for (int64_t K : {256, 1280}) {
+      const int nrows = 4;
+      auto w = random_rows(t, nrows, K);
+      const size_t wrb = ggml_row_bytes(t, K), xrb = ggml_row_bytes(vec_dot_type(t), K);
+      CHECK(g.below - 1 <= g.group, "%s %s: the driver would give a group %d tokens, it takes %d", vt.name, tname(t),
+            g.below - 1, g.group);
+      const int T = g.group;
+      auto xf = random_floats((size_t)T * K, 2.0f);
+      std::vector<uint8_t> xq((size_t)T * xrb), packed(g.packed_bytes(K));
+      for (int i = 0; i < T; i++) quantize_row_for(vt, t, xf.data() + (size_t)i * K, xq.data() + i * xrb, K);
+      for (int nt = 1; nt <= g.group; nt++) {
+        g.pack(xq.data(), xrb, nt, K, packed.data());
+        for (int nr = 1; nr <= nrows; nr++) {
+          const size_t ldy = nrows + 1;
+          std::vector<float> y((size_t)(g.group + 1) * ldy, NAN);
+          g.run(K, w.data(), wrb, nr, packed.data(), nt, y.data(), ldy);
+          int bad = 0, stray = 0;
+          for (int i = 0; i <= g.group; i++)
+            for (int r = 0; r < (int)ldy; r++) {
+              const float v = y[(size_t)i * ldy + r];
+              if (r >= nr || i >= nt) {
+                if (!std::isnan(v)) stray++;
+                continue;
+              }
+              if (!(v == vt.dot[slot](K, w.data() + r * wrb, xq.data() + i * xrb))) bad++;
+            }
+          CHECK(bad == 0 && stray == 0, "%s groups %s K=%d nr=%d nt=%d: %d differ from the dot, %d stores past nr/nt",
+                vt.name, tname(t), (int)K, nr, nt, bad, stray);
+        }
+      }
+    }
+  }
+  CHECK(tested == 2, "%s: expected token group kernels for Q4_K and Q6_K, found %d", vt.name, tested);
 }
 
 // The 16-row GEMM, called directly: every row count of a block (1 .. 16) and token count (1 .. 19,
@@ -662,6 +709,7 @@ int main(int argc, char** argv) {
     test_batch_bits(*v, &p2);
     test_batch_bits(*v, &p1);
     test_gemm16_bits(*v);
+    test_gemm4_bits(*v);
   } else {
     std::printf("SKIPPED: no AVX-512 VNNI kernels on this build or CPU\n");
   }
