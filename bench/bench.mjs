@@ -184,7 +184,8 @@ function cpuPeak() {
 // ---------------------------------------------------------------------------------------------
 // Prompts. Prefill: plain text cut to an exact token count with mashbox's tokenizer (the same ids go
 // to llama-server; llama-bench makes its own). Decode: a counting list as a plain completion,
-// which every model continues for as long as it is asked.
+// which every model continues for as long as it is asked. It counts from 1000 up: from 1,
+// Qwen2.5-Coder-1.5B ends its list with a note on running the code after 114 tokens.
 const filler =
   "The quick brown fox jumps over the lazy dog while the river keeps running toward the sea, " +
   "and every town along its banks tells a different story about the summer of the long rains. ";
@@ -237,7 +238,7 @@ async function mashboxAddon(modelPath, { sizes = PREFILL, decode = DECODE, depth
       if (withDepth) out.depth = { n, tokens: times.length - 1, want: depthDecode, rate: rateOf(times), prompt };
     }
     if (decode > 0) {
-      const { times } = await run(tok(countText(1)), decode);
+      const { times } = await run(tok(countText(1000)), decode);
       out.decode = { tokens: times.length, want: decode, rate: rateOf(times) };
     }
   } finally {
@@ -296,7 +297,7 @@ const streamRate = (s) => (s.times.length > 1 ? ((s.times.length - 1) * 1000) / 
 // N concurrent streams, each its own counting list; aggregate = all tokens / wall time.
 async function manyStreams(send, n, tokens) {
   const t0 = performance.now();
-  const all = await Promise.all(Array.from({ length: n }, (_, i) => send(countText(100 * (i + 1)), tokens)));
+  const all = await Promise.all(Array.from({ length: n }, (_, i) => send(countText(1000 * (i + 1)), tokens)));
   const wall = performance.now() - t0;
   const counts = all.map((s) => s.times.length);
   return { counts, want: tokens, rate: (counts.reduce((a, b) => a + b, 0) * 1000) / wall };
@@ -349,7 +350,7 @@ async function mashboxRound(model, round, rec) {
   let s = await mashboxServer(model.path, 1, 1024);
   try {
     await mashboxStream(s.base, countText(7), 4);
-    const one = await mashboxStream(s.base, countText(1), DECODE);
+    const one = await mashboxStream(s.base, countText(1000), DECODE);
     rec.mb.http.push(one.times.length === DECODE ? streamRate(one) : NaN);
     console.log(`  [${round}] mashbox   HTTP one stream: ${f1(streamRate(one))} tok/s (${checked("http", one.times.length, DECODE)})`);
   } finally {
@@ -376,7 +377,7 @@ async function llamaRound(bin, model, round, rec) {
   let s = await llamaServer(bin, model.path, 1, Math.max(1024, rec.depth + DEPTH_DECODE + 64));
   try {
     await llamaStream(s.base, countText(7), 4);
-    const one = await llamaStream(s.base, countText(1), DECODE);
+    const one = await llamaStream(s.base, countText(1000), DECODE);
     const n = one.times.length;
     const ok = n === DECODE && one.predicted === DECODE;
     rec.ll.http.push(ok ? streamRate(one) : NaN);
