@@ -881,25 +881,32 @@ void PromptCache::flush_disk() {
 
 size_t PromptCache::prefetch_disk(const int32_t* tokens, size_t n) { return disk_ ? disk_->prefetch(tokens, n) : 0; }
 
+int64_t PromptCache::held_child(uint64_t parent, const int32_t* tokens, size_t left, size_t* len) const {
+  int64_t best = -1;
+  size_t best_l = 0;
+  auto it = children_.find(parent);
+  if (it != children_.end())
+    for (uint32_t c : it->second) {
+      const Header* h = header(c);
+      const size_t lim = std::min<size_t>(meta_[c].n, left);
+      size_t l = 0;
+      while (l < lim && h->tokens[l] == tokens[l]) l++;
+      if (l > best_l || (l == best_l && l > 0 && meta_[c].n > meta_[best].n)) {
+        best = c;
+        best_l = l;
+      }
+    }
+  *len = best_l;
+  return best;
+}
+
 size_t PromptCache::known(const int32_t* tokens, size_t n) const {
   if (!enabled()) return 0;
   uint64_t parent = ns_hash_;
   size_t pos = 0, end = 0;
   while (pos < n) {
-    int64_t best = -1;
     size_t best_l = 0;
-    auto it = children_.find(parent);
-    if (it != children_.end())
-      for (uint32_t c : it->second) {
-        const Header* h = header(c);
-        const size_t lim = std::min<size_t>(meta_[c].n, n - pos);
-        size_t l = 0;
-        while (l < lim && h->tokens[l] == tokens[pos + l]) l++;
-        if (l > best_l) {
-          best = c;
-          best_l = l;
-        }
-      }
+    int64_t best = held_child(parent, tokens + pos, n - pos, &best_l);
     // Where host memory stops (or holds a shorter block), the disk tier's index may go on.
     if (disk_ && best_l < kBlockTokens && best_l < n - pos) {
       size_t disk_end = pos;
@@ -922,20 +929,8 @@ PromptCache::Match PromptCache::lookup(const int32_t* tokens, size_t n) {
   uint64_t parent = ns_hash_;
   size_t pos = 0;
   while (pos < n) {
-    int64_t best = -1;
     size_t best_l = 0;
-    auto it = children_.find(parent);
-    if (it != children_.end())
-      for (uint32_t c : it->second) {
-        const Header* h = header(c);
-        const size_t lim = std::min<size_t>(meta_[c].n, n - pos);
-        size_t l = 0;
-        while (l < lim && h->tokens[l] == tokens[pos + l]) l++;
-        if (l > best_l || (l == best_l && l > 0 && meta_[c].n > meta_[best].n)) {
-          best = c;
-          best_l = l;
-        }
-      }
+    int64_t best = held_child(parent, tokens + pos, n - pos, &best_l);
     // Past what host memory holds (or a longer block than it has): the disk tier's block is read
     // into host memory, so the restore below finds everything there.
     if (best >= 0) touch(uint32_t(best), stamp);  // kept while a disk block is made room for

@@ -160,6 +160,9 @@ class PromptCache {
   void free_block(uint32_t i, bool eviction);  // and every block below it
   int64_t alloc(uint64_t protect_stamp);       // -1 = nothing left to evict
   void touch(uint32_t i, uint64_t stamp);
+  // The held child of `parent` sharing the most of tokens[0, left) (ties: the longer block), and
+  // that length in *len; -1 = none.
+  int64_t held_child(uint64_t parent, const int32_t* tokens, size_t left, size_t* len) const;
   void count_rejected();
   bool pinned(uint32_t i) const;
   // The draft index's entries of block i: added (a newer occurrence replaces an older one) or
